@@ -1,0 +1,15 @@
+from django.apps import AppConfig
+from django.utils.module_loading import autodiscover_modules
+
+
+class MCPTasksConfig(AppConfig):
+    name = "mcptasks"
+    verbose_name = "MCP tasks"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from . import jobs  # noqa: F401  (registers the Celery tasks)
+        from .conf import settings
+
+        # Tools live in a module of any installed app, found like admin.py.
+        autodiscover_modules(settings.TOOLS_MODULE)

@@ -1,0 +1,104 @@
+"""Typed settings for mcptasks, read from ``settings.MCPTASKS`` on first use.
+
+Never read at import time: the object is rebuilt whenever Django's
+``setting_changed`` signal names ``MCPTASKS``, so ``override_settings`` works in
+tests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+
+@dataclass(frozen=True)
+class MCPTasksSettings:
+    #: Name and version reported in ``serverInfo``.
+    SERVER_NAME: str = "mcptasks"
+    SERVER_VERSION: str = "0.1.0"
+    INSTRUCTIONS: str | None = None
+    #: DRF authentication classes (dotted paths) that identify the caller.
+    AUTHENTICATION_CLASSES: tuple[str, ...] = (
+        "rest_framework.authentication.SessionAuthentication",
+        "rest_framework.authentication.TokenAuthentication",
+    )
+    #: Serve unauthenticated callers under one shared identity. Off by default:
+    #: a site must choose it explicitly.
+    ALLOW_ANONYMOUS: bool = False
+    ANONYMOUS_OWNER: str = "anonymous"
+    #: Where installed apps keep their tools (discovered like ``admin.py``).
+    TOOLS_MODULE: str = "mcp_tools"
+    #: Task time-to-live, from creation, in milliseconds.
+    DEFAULT_TTL_MS: int = 60 * 60 * 1000
+    MAX_TTL_MS: int = 7 * 24 * 60 * 60 * 1000
+    POLL_INTERVAL_MS: int = 1000
+    #: Worker lease: a running task's lease is renewed every heartbeat; a task
+    #: whose lease lapsed belongs to a dead worker and is picked up again.
+    LEASE_SECONDS: float = 30.0
+    HEARTBEAT_SECONDS: float = 5.0
+    #: How often a running tool's context looks for a cancel (seconds).
+    CANCEL_POLL_SECONDS: float = 0.25
+    #: Runs of one task that may be lost to dead workers before it fails.
+    MAX_ATTEMPTS: int = 3
+    #: A ``working`` task never claimed within this many seconds of its
+    #: dispatch is re-enqueued by the sweeper (its message was lost).
+    DISPATCH_GRACE_SECONDS: float = 60.0
+    #: Budget for ``task="auto"`` tools: wait this long for the result before
+    #: answering with a task handle.
+    AUTO_TASK_BUDGET_SECONDS: float = 0.5
+    #: Rows deleted per statement when purging expired tasks.
+    PURGE_BATCH_SIZE: int = 1000
+    #: Lifetime of an MRTR ``requestState`` (seconds).
+    REQUEST_STATE_MAX_AGE: int = 15 * 60
+    #: Caching hints for ``server/discover`` and ``tools/list``.
+    LIST_TTL_MS: int = 60 * 1000
+    #: Celery queue for tool runs.
+    CELERY_QUEUE: str | None = None
+    #: Allowed ``Origin`` values (scheme://host[:port]); ``None`` allows only
+    #: origins whose host is in ``ALLOWED_HOSTS`` or is a loopback name.
+    ALLOWED_ORIGINS: tuple[str, ...] | None = None
+
+    @classmethod
+    def from_django(cls) -> MCPTasksSettings:
+        user = dict(getattr(django_settings, "MCPTASKS", {}) or {})
+        known = {f.name for f in fields(cls)}
+        unknown = set(user) - known
+        if unknown:
+            raise ValueError(f"Unknown MCPTASKS settings: {sorted(unknown)}")
+        values: dict[str, Any] = {}
+        for name, value in user.items():
+            if name in ("AUTHENTICATION_CLASSES", "ALLOWED_ORIGINS") and value is not None:
+                value = tuple(value)
+            values[name] = value
+        return replace(cls(), **values)
+
+
+_cached: MCPTasksSettings | None = None
+
+
+def get_settings() -> MCPTasksSettings:
+    global _cached
+    if _cached is None:
+        _cached = MCPTasksSettings.from_django()
+    return _cached
+
+
+class _SettingsProxy:
+    """Attribute access to the current settings: ``conf.settings.MAX_TTL_MS``."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(get_settings(), name)
+
+
+settings = _SettingsProxy()
+
+
+@receiver(setting_changed)
+def _reload(*, setting: str, **kwargs: Any) -> None:
+    global _cached
+    if setting == "MCPTASKS":
+        _cached = None

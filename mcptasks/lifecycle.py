@@ -1,0 +1,497 @@
+"""The one module that changes a task's status.
+
+Every transition is a compare-and-set: it names the statuses it may start from,
+locks the row (Postgres), and updates it only if the status is still one of
+them. A terminal status is final. So a worker finishing while a cancel arrives,
+or two answers racing, can never break ``working <-> input_required ->
+completed | failed | cancelled``.
+
+Views, the admin, management commands and workers all call these functions.
+Each successful transition writes a ``TaskEvent`` and, once committed, sends
+``signals.task_changed`` and logs a structured line.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from . import signals
+from .conf import settings
+from .models import (
+    ACTIVE_STATUSES,
+    TERMINAL_STATUSES,
+    Era,
+    InputRequest,
+    InputRequestState,
+    Task,
+    TaskEvent,
+    TaskStatus,
+)
+
+logger = logging.getLogger("mcptasks.lifecycle")
+
+SYSTEM = "system"
+
+
+def client_actor(owner: str) -> str:
+    return f"client:{owner}"
+
+
+def operator_actor(username: str) -> str:
+    return f"operator:{username}"
+
+
+def worker_actor(name: str) -> str:
+    return f"worker:{name}"
+
+
+def _after_commit(task_id: str, from_status: str, to_status: str, actor: str, kind: str) -> None:
+    def send() -> None:
+        logger.info(
+            "task %s %s -> %s",
+            kind,
+            from_status or "-",
+            to_status,
+            extra={"task_id": task_id, "from_status": from_status, "to_status": to_status, "actor": actor},
+        )
+        signals.task_changed.send(
+            sender=Task, task_id=task_id, from_status=from_status, to_status=to_status, actor=actor, kind=kind
+        )
+
+    transaction.on_commit(send)
+
+
+def _record(
+    task_id: str,
+    kind: str,
+    actor: str,
+    *,
+    now: datetime,
+    from_status: str = "",
+    to_status: str = "",
+    detail: Mapping[str, Any] | None = None,
+) -> None:
+    TaskEvent.objects.create(
+        task_id=task_id,
+        at=now,
+        kind=kind,
+        from_status=from_status,
+        to_status=to_status,
+        actor=actor,
+        detail=dict(detail or {}),
+    )
+
+
+def _enqueue_after_commit(task_id: str) -> None:
+    from . import runtime
+
+    transaction.on_commit(lambda: runtime.enqueue_run(task_id))
+
+
+# Creation -------------------------------------------------------------------
+
+
+def clamp_ttl(requested_ms: int | None, tool_default_ms: int | None = None) -> int:
+    """The TTL a new task gets: the request's (or the tool's, or the site's)
+    default, never above ``MAX_TTL_MS``."""
+    ttl = requested_ms if requested_ms is not None else tool_default_ms
+    if ttl is None:
+        ttl = settings.DEFAULT_TTL_MS
+    return max(0, min(int(ttl), settings.MAX_TTL_MS))
+
+
+@dataclass(frozen=True)
+class Answer:
+    """An input request answered before the task existed (MRTR phase)."""
+
+    method: str
+    params: dict[str, Any]
+    response: dict[str, Any]
+
+
+def create_task(
+    *,
+    owner: str,
+    tool_name: str,
+    arguments: dict[str, Any],
+    era: str = Era.MODERN,
+    client_capabilities: dict[str, Any] | None = None,
+    ttl_ms: int | None = None,
+    poll_interval_ms: int | None = None,
+    answered: Mapping[str, Answer] | None = None,
+    enqueue: bool = True,
+) -> Task:
+    """Insert a ``working`` task and enqueue its run after commit.
+
+    Runs in its own transaction (or the caller's): the caller may hand out the
+    id as soon as this returns outside any enclosing atomic block.
+    """
+    now = timezone.now()
+    ttl = clamp_ttl(ttl_ms)
+    with transaction.atomic():
+        task = Task.objects.create(
+            owner=owner,
+            tool_name=tool_name,
+            arguments=arguments,
+            era=era,
+            client_capabilities=client_capabilities or {},
+            status=TaskStatus.WORKING,
+            created_at=now,
+            updated_at=now,
+            ttl_ms=ttl,
+            expires_at=now + timedelta(milliseconds=ttl),
+            poll_interval_ms=poll_interval_ms or settings.POLL_INTERVAL_MS,
+            dispatched_at=now if enqueue else None,
+        )
+        if answered:
+            InputRequest.objects.bulk_create(
+                InputRequest(
+                    task=task,
+                    key=key,
+                    method=a.method,
+                    params=a.params,
+                    response=a.response,
+                    state=InputRequestState.ANSWERED,
+                    answered_at=now,
+                )
+                for key, a in answered.items()
+            )
+        _record(
+            task.id,
+            "created",
+            client_actor(owner),
+            now=now,
+            to_status=TaskStatus.WORKING,
+            detail={"tool": tool_name, "era": era},
+        )
+        transaction.on_commit(lambda: signals.task_created.send(sender=Task, task=task))
+        _after_commit(task.id, "", TaskStatus.WORKING, client_actor(owner), "created")
+        if enqueue:
+            _enqueue_after_commit(task.id)
+    return task
+
+
+# The guarded transition -------------------------------------------------------
+
+
+def _transition(
+    task_id: str,
+    *,
+    allowed_from: Iterable[str],
+    to: str,
+    actor: str,
+    kind: str = "transition",
+    fields: Mapping[str, Any] | None = None,
+    extra_filter: Q | None = None,
+    detail: Mapping[str, Any] | None = None,
+) -> bool:
+    """Move ``task_id`` to ``to`` if its status is in ``allowed_from``.
+
+    Must run inside ``transaction.atomic``. Returns whether it moved.
+    """
+    allowed = tuple(allowed_from)
+    qs = Task.objects.select_for_update().filter(pk=task_id)
+    current = qs.values_list("status", flat=True).first()
+    if current is None or current not in allowed:
+        return False
+    now = timezone.now()
+    update = Task.objects.filter(pk=task_id, status=current)
+    if extra_filter is not None:
+        update = update.filter(extra_filter)
+    changed = update.update(status=to, updated_at=now, **dict(fields or {}))
+    if not changed:
+        return False
+    _record(task_id, kind, actor, now=now, from_status=current, to_status=to, detail=detail)
+    if to in TERMINAL_STATUSES:
+        InputRequest.objects.filter(task_id=task_id, state=InputRequestState.PENDING).update(
+            state=InputRequestState.WITHDRAWN
+        )
+    _after_commit(task_id, current, to, actor, kind)
+    return True
+
+
+_CLEAR_LEASE = {"lease_owner": "", "lease_expires_at": None}
+
+
+def complete(task_id: str, result: dict[str, Any], *, worker: str, failed: bool = False, message: str = "") -> bool:
+    """The run finished with a result. Only the run holding the lease may
+    finish the task, so a run that lost its lease cannot overwrite another's.
+
+    ``failed`` is for the 2025-11-25 era, where an ``isError`` result fails
+    the task (the result is still kept for ``tasks/result``).
+    """
+    with transaction.atomic():
+        return _transition(
+            task_id,
+            allowed_from=[TaskStatus.WORKING],
+            to=TaskStatus.FAILED if failed else TaskStatus.COMPLETED,
+            actor=worker_actor(worker),
+            extra_filter=Q(lease_owner=worker),
+            fields={"result": result, "status_message": message, **_CLEAR_LEASE},
+        )
+
+
+def fail(task_id: str, error: dict[str, Any], *, actor: str, worker: str | None = None, message: str = "") -> bool:
+    """End the task ``failed`` with a JSON-RPC error. With ``worker``, only
+    while that run holds the lease."""
+    with transaction.atomic():
+        return _transition(
+            task_id,
+            allowed_from=ACTIVE_STATUSES,
+            to=TaskStatus.FAILED,
+            actor=actor,
+            extra_filter=Q(lease_owner=worker) if worker else None,
+            fields={"error": error, "status_message": message or str(error.get("message", "")), **_CLEAR_LEASE},
+        )
+
+
+def cancel(task_id: str, *, actor: str, reason: str = "") -> bool:
+    """Cancel an active task now. The running tool sees it through its context;
+    a queued run that has not started finds the task terminal and never runs."""
+    now = timezone.now()
+    with transaction.atomic():
+        return _transition(
+            task_id,
+            allowed_from=ACTIVE_STATUSES,
+            to=TaskStatus.CANCELLED,
+            actor=actor,
+            fields={
+                "cancel_requested_at": now,
+                "cancelled_by": actor,
+                "status_message": reason or "The task was cancelled.",
+                **_CLEAR_LEASE,
+            },
+        )
+
+
+def request_input(task_id: str, requests: Mapping[str, Mapping[str, Any]], *, worker: str, message: str = "") -> bool:
+    """A run needs answers it does not have: record the questions, move the
+    task to ``input_required`` and release the worker.
+
+    Keys already recorded keep their original request (a key never changes
+    meaning over the task's life).
+    """
+    with transaction.atomic():
+        existing = set(
+            InputRequest.objects.filter(task_id=task_id, key__in=list(requests)).values_list("key", flat=True)
+        )
+        moved = _transition(
+            task_id,
+            allowed_from=[TaskStatus.WORKING],
+            to=TaskStatus.INPUT_REQUIRED,
+            actor=worker_actor(worker),
+            extra_filter=Q(lease_owner=worker),
+            fields={"status_message": message or "Waiting for input.", "attempts": 0, **_CLEAR_LEASE},
+            detail={"keys": sorted(requests)},
+        )
+        if moved:
+            InputRequest.objects.bulk_create(
+                InputRequest(task_id=task_id, key=key, method=req["method"], params=req.get("params", {}))
+                for key, req in requests.items()
+                if key not in existing
+            )
+        return moved
+
+
+def submit_input(task_id: str, responses: Mapping[str, Any], *, actor: str) -> list[str]:
+    """Record answers to outstanding requests; resume the task when none is left.
+
+    Keys that are unknown, already answered or withdrawn are ignored. Returns
+    the keys accepted. Answers are applied at most once: each row moves from
+    ``pending`` under the task's row lock.
+    """
+    now = timezone.now()
+    with transaction.atomic():
+        status = Task.objects.select_for_update().filter(pk=task_id).values_list("status", flat=True).first()
+        if status not in ACTIVE_STATUSES:
+            return []
+        accepted: list[str] = []
+        pending = InputRequest.objects.filter(task_id=task_id, state=InputRequestState.PENDING)
+        for req in pending.filter(key__in=list(responses)):
+            answer = responses[req.key]
+            if InputRequest.objects.filter(pk=req.pk, state=InputRequestState.PENDING).update(
+                state=InputRequestState.ANSWERED, response=answer, answered_at=now
+            ):
+                accepted.append(req.key)
+        if accepted:
+            _record(task_id, "input", actor, now=now, detail={"keys": accepted})
+        if status == TaskStatus.INPUT_REQUIRED and accepted and not pending.exists():
+            _transition(
+                task_id,
+                allowed_from=[TaskStatus.INPUT_REQUIRED],
+                to=TaskStatus.WORKING,
+                actor=actor,
+                fields={"status_message": "", "dispatched_at": now},
+            )
+            _enqueue_after_commit(task_id)
+        return accepted
+
+
+# Worker bookkeeping (guarded, but not status changes) -----------------------------
+
+
+def claim(task_id: str, *, worker: str) -> Task | None:
+    """Take the lease of a ``working`` task nobody holds a live lease on.
+
+    Returns the task, or ``None`` when it is terminal, waiting for input or
+    already running under a live lease elsewhere (a duplicate message).
+    """
+    now = timezone.now()
+    lease = now + timedelta(seconds=settings.LEASE_SECONDS)
+    with transaction.atomic():
+        got = (
+            Task.objects.filter(pk=task_id, status=TaskStatus.WORKING)
+            .filter(Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=now))
+            .update(lease_owner=worker, lease_expires_at=lease, attempts=F("attempts") + 1)
+        )
+        if not got:
+            return None
+        task = Task.objects.get(pk=task_id)
+        _record(task_id, "run_started", worker_actor(worker), now=now, detail={"attempt": task.attempts})
+    if task.attempts > settings.MAX_ATTEMPTS:
+        fail(
+            task_id,
+            {"code": -32603, "message": f"Task abandoned: its run was lost {task.attempts - 1} times."},
+            actor=SYSTEM,
+        )
+        return None
+    return task
+
+
+def heartbeat(task_id: str, *, worker: str) -> bool:
+    """Renew the lease. False when the task is no longer this worker's to run."""
+    lease = timezone.now() + timedelta(seconds=settings.LEASE_SECONDS)
+    return bool(
+        Task.objects.filter(pk=task_id, status=TaskStatus.WORKING, lease_owner=worker).update(lease_expires_at=lease)
+    )
+
+
+def set_status_message(task_id: str, message: str, *, worker: str) -> bool:
+    with transaction.atomic():
+        changed = Task.objects.filter(pk=task_id, status=TaskStatus.WORKING, lease_owner=worker).update(
+            status_message=message, updated_at=timezone.now()
+        )
+        if changed:
+            _after_commit(task_id, TaskStatus.WORKING, TaskStatus.WORKING, worker_actor(worker), "status_message")
+        return bool(changed)
+
+
+def release(task_id: str, *, worker: str) -> None:
+    """Give up the lease without finishing (the worker is shutting down)."""
+    Task.objects.filter(pk=task_id, lease_owner=worker).update(
+        lease_expires_at=None, lease_owner="", attempts=F("attempts") - 1, dispatched_at=timezone.now()
+    )
+
+
+def mark_dispatched(task_id: str) -> None:
+    Task.objects.filter(pk=task_id, status=TaskStatus.WORKING).update(dispatched_at=timezone.now())
+
+
+# Maintenance -------------------------------------------------------------------
+
+
+@dataclass
+class SweepReport:
+    redispatched: int = 0
+    failed: int = 0
+
+
+def sweep(*, dry_run: bool = False, limit: int = 500) -> SweepReport:
+    """Recover runs lost to dead workers or lost messages.
+
+    * ``working`` with a lapsed lease: its worker died. Re-enqueue it, or fail
+      it once its attempts are used up.
+    * ``working`` with no lease, dispatched longer ago than the grace period:
+      its message was lost between commit and publish. Re-enqueue it.
+    """
+    from . import runtime
+
+    now = timezone.now()
+    report = SweepReport()
+    lapsed = list(
+        Task.objects.filter(status=TaskStatus.WORKING, lease_expires_at__lt=now).values_list("id", "attempts")[:limit]
+    )
+    grace = now - timedelta(seconds=settings.DISPATCH_GRACE_SECONDS)
+    unclaimed = list(
+        Task.objects.filter(status=TaskStatus.WORKING, lease_expires_at__isnull=True)
+        .filter(Q(dispatched_at__lt=grace) | Q(dispatched_at__isnull=True))
+        .values_list("id", "attempts")[:limit]
+    )
+    for task_id, attempts in lapsed + unclaimed:
+        if attempts >= settings.MAX_ATTEMPTS:
+            report.failed += 1
+            if not dry_run:
+                fail(
+                    task_id,
+                    {"code": -32603, "message": f"Task abandoned: its worker was lost {attempts} times."},
+                    actor=SYSTEM,
+                )
+            continue
+        report.redispatched += 1
+        if dry_run:
+            continue
+        with transaction.atomic():
+            # Guarded: only if it is still the stuck run we saw.
+            moved = (
+                Task.objects.filter(pk=task_id, status=TaskStatus.WORKING)
+                .filter(Q(lease_expires_at__lt=now) | Q(lease_expires_at__isnull=True))
+                .update(lease_owner="", lease_expires_at=None, dispatched_at=now)
+            )
+            if moved:
+                _record(task_id, "redispatched", SYSTEM, now=now, detail={"attempts": attempts})
+                transaction.on_commit(lambda tid=task_id: runtime.enqueue_run(tid))
+    return report
+
+
+def purge_expired(*, batch_size: int | None = None, dry_run: bool = False, max_batches: int | None = None) -> int:
+    """Delete terminal tasks past their TTL, a batch at a time so that polls
+    never wait on a long delete. A running task is never expired."""
+    size = batch_size or settings.PURGE_BATCH_SIZE
+    expired = Task.objects.filter(status__in=TERMINAL_STATUSES, expires_at__lt=timezone.now())
+    if dry_run:
+        return expired.count()
+    total = 0
+    batches = 0
+    while max_batches is None or batches < max_batches:
+        ids = list(expired.order_by("expires_at").values_list("id", flat=True)[:size])
+        if not ids:
+            break
+        with transaction.atomic():
+            InputRequest.objects.filter(task_id__in=ids).delete()
+            TaskEvent.objects.filter(task_id__in=ids).delete()
+            total += Task.objects.filter(pk__in=ids, status__in=TERMINAL_STATUSES).delete()[1].get("mcptasks.Task", 0)
+        batches += 1
+    return total
+
+
+def expire_now(task_id: str, *, actor: str) -> bool:
+    """Make a terminal task purgeable at once (an active one is cancelled first)."""
+    now = timezone.now()
+    with transaction.atomic():
+        status = Task.objects.select_for_update().filter(pk=task_id).values_list("status", flat=True).first()
+        if status is None:
+            return False
+        if status in ACTIVE_STATUSES:
+            _transition(
+                task_id,
+                allowed_from=ACTIVE_STATUSES,
+                to=TaskStatus.CANCELLED,
+                actor=actor,
+                fields={
+                    "cancel_requested_at": now,
+                    "cancelled_by": actor,
+                    "status_message": "The task was expired by an operator.",
+                    **_CLEAR_LEASE,
+                },
+            )
+        Task.objects.filter(pk=task_id, status__in=TERMINAL_STATUSES).update(expires_at=now)
+        _record(task_id, "expired", actor, now=now)
+        return True

@@ -1,0 +1,115 @@
+"""``manage.py mcptasks <sub-command>``: run the system and look after tasks.
+
+Sub-commands: ``run``, ``sweep``, ``prune``, ``inspect <id>``, ``cancel <id>``,
+``stats``. Those that change data take ``--dry-run``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db.models import Count
+
+from mcptasks import lifecycle
+from mcptasks.models import ACTIVE_STATUSES, TERMINAL_STATUSES, InputRequestState, Task
+from mcptasks.wire.modern import detailed_task
+
+
+class Command(BaseCommand):
+    help = "Run mcptasks (web, worker, beat) and maintain its tasks."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        sub = parser.add_subparsers(dest="subcommand", required=True)
+
+        run = sub.add_parser("run", help="Serve /mcp with a worker and beat (the embedded default or real services).")
+        run.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
+        run.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
+        run.add_argument("--concurrency", type=int, default=int(os.environ.get("WORKER_CONCURRENCY", "4")))
+        run.add_argument("--asgi", default=os.environ.get("ASGI_APPLICATION_PATH", "project.asgi:application"))
+
+        sweep = sub.add_parser("sweep", help="Re-run or fail tasks whose worker died or whose message was lost.")
+        sweep.add_argument("--dry-run", action="store_true")
+
+        prune = sub.add_parser("prune", help="Delete terminal tasks past their TTL, in batches.")
+        prune.add_argument("--dry-run", action="store_true")
+        prune.add_argument("--batch-size", type=int, default=None)
+
+        inspect = sub.add_parser("inspect", help="Show one task, its input requests and its events.")
+        inspect.add_argument("task_id")
+
+        cancel = sub.add_parser("cancel", help="Cancel an active task.")
+        cancel.add_argument("task_id")
+        cancel.add_argument("--dry-run", action="store_true")
+
+        sub.add_parser("stats", help="Count tasks by status and tool.")
+
+    def handle(self, *args: Any, subcommand: str, **options: Any) -> None:
+        getattr(self, f"do_{subcommand}")(**options)
+
+    def _task(self, task_id: str) -> Task:
+        task = Task.objects.filter(pk=task_id).first()
+        if task is None:
+            raise CommandError(f"No task {task_id!r}")
+        return task
+
+    def do_run(self, *, host: str, port: int, concurrency: int, asgi: str, **_: Any) -> None:
+        from mcptasks.runner import run
+
+        run(host=host, port=port, concurrency=concurrency, asgi_app=asgi)
+
+    def do_sweep(self, *, dry_run: bool, **_: Any) -> None:
+        report = lifecycle.sweep(dry_run=dry_run)
+        verb = "would re-enqueue" if dry_run else "re-enqueued"
+        fail_verb = "would fail" if dry_run else "failed"
+        self.stdout.write(f"sweep: {verb} {report.redispatched}, {fail_verb} {report.failed}")
+
+    def do_prune(self, *, dry_run: bool, batch_size: int | None, **_: Any) -> None:
+        count = lifecycle.purge_expired(batch_size=batch_size, dry_run=dry_run)
+        self.stdout.write(f"prune: {'would delete' if dry_run else 'deleted'} {count} expired task(s)")
+
+    def do_inspect(self, *, task_id: str, **_: Any) -> None:
+        task = self._task(task_id)
+        data = {
+            "task": detailed_task(task),
+            "owner": task.owner,
+            "tool": task.tool_name,
+            "era": task.era,
+            "arguments": task.arguments,
+            "attempts": task.attempts,
+            "lease_owner": task.lease_owner,
+            "lease_expires_at": task.lease_expires_at.isoformat() if task.lease_expires_at else None,
+            "input_requests": [
+                {"key": r.key, "method": r.method, "state": r.state, "response": r.response}
+                for r in task.input_requests.all()
+            ],
+            "events": [
+                {"at": e.at.isoformat(), "kind": e.kind, "from": e.from_status, "to": e.to_status, "actor": e.actor}
+                for e in task.events.all()
+            ],
+        }
+        self.stdout.write(json.dumps(data, indent=2, default=str))
+
+    def do_cancel(self, *, task_id: str, dry_run: bool, **_: Any) -> None:
+        task = self._task(task_id)
+        if task.status not in ACTIVE_STATUSES:
+            raise CommandError(f"Task {task_id} is already {task.status}")
+        if dry_run:
+            self.stdout.write(f"cancel: would cancel 1 task ({task.status})")
+            return
+        moved = lifecycle.cancel(task_id, actor=lifecycle.operator_actor("cli"), reason="Cancelled by an operator.")
+        self.stdout.write(f"cancel: cancelled {int(moved)} task(s)")
+
+    def do_stats(self, **_: Any) -> None:
+        by_status = dict(Task.objects.values_list("status").annotate(n=Count("id")).values_list("status", "n"))
+        by_tool = list(Task.objects.values("tool_name").annotate(n=Count("id")).order_by("-n")[:20])
+        pending = Task.objects.filter(input_requests__state=InputRequestState.PENDING).distinct().count()
+        self.stdout.write("status counts:")
+        for status in (*ACTIVE_STATUSES, *TERMINAL_STATUSES):
+            self.stdout.write(f"  {status:15} {by_status.get(status, 0)}")
+        self.stdout.write(f"tasks waiting on input requests: {pending}")
+        self.stdout.write("busiest tools:")
+        for row in by_tool:
+            self.stdout.write(f"  {row['tool_name']:30} {row['n']}")

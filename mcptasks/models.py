@@ -1,0 +1,149 @@
+"""Durable rows: the source of truth for every task.
+
+Status is never written here directly: ``mcptasks.lifecycle`` owns every
+transition and guards each one with a compare-and-set on the current status.
+"""
+
+from __future__ import annotations
+
+import secrets
+
+from django.db import models
+from django.db.models import Q
+
+
+def new_task_id() -> str:
+    """192 random bits, URL- and header-safe (``[A-Za-z0-9_-]``, 32 chars)."""
+    return secrets.token_urlsafe(24)
+
+
+class TaskStatus(models.TextChoices):
+    WORKING = "working"
+    INPUT_REQUIRED = "input_required"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+ACTIVE_STATUSES = (TaskStatus.WORKING, TaskStatus.INPUT_REQUIRED)
+TERMINAL_STATUSES = (TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED)
+
+
+class Era(models.TextChoices):
+    """Which protocol generation created the task (its wire rules differ)."""
+
+    MODERN = "2026-07-28", "2026-07-28 tasks extension"
+    LEGACY = "2025-11-25", "2025-11-25 experimental tasks"
+
+
+class Task(models.Model):
+    id = models.CharField(primary_key=True, max_length=64, default=new_task_id, editable=False)
+    owner = models.CharField(max_length=255, help_text="The caller's identity; only it may see the task.")
+    tool_name = models.CharField(max_length=128)
+    arguments = models.JSONField(default=dict)
+    era = models.CharField(max_length=10, choices=Era.choices, default=Era.MODERN)
+    #: Capabilities the client declared on the creating request: the task may
+    #: only ask for input the client said it can give.
+    client_capabilities = models.JSONField(default=dict)
+
+    status = models.CharField(max_length=16, choices=TaskStatus.choices, default=TaskStatus.WORKING)
+    status_message = models.TextField(blank=True, default="")
+    result = models.JSONField(null=True, blank=True)
+    error = models.JSONField(null=True, blank=True)
+
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+    ttl_ms = models.BigIntegerField(null=True, blank=True, help_text="From creation; null is unlimited.")
+    expires_at = models.DateTimeField(null=True, blank=True)
+    poll_interval_ms = models.PositiveIntegerField(default=1000)
+
+    # Execution bookkeeping.
+    attempts = models.PositiveIntegerField(default=0, help_text="Runs started since the last clean stop.")
+    dispatched_at = models.DateTimeField(null=True, blank=True, help_text="Last time a run was enqueued.")
+    lease_owner = models.CharField(max_length=255, blank=True, default="")
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    cancelled_by = models.CharField(max_length=255, blank=True, default="")
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [
+            # tasks/list (legacy) and the admin: one owner's tasks, newest first.
+            models.Index(fields=["owner", "-created_at", "id"], name="mcptasks_owner_created"),
+            # The sweeper: running tasks whose lease lapsed or never started.
+            models.Index(
+                fields=["lease_expires_at"],
+                name="mcptasks_active_lease",
+                condition=Q(status="working"),
+            ),
+            models.Index(
+                fields=["dispatched_at"],
+                name="mcptasks_unclaimed",
+                condition=Q(status="working", lease_expires_at__isnull=True),
+            ),
+            # The purge: terminal tasks past their TTL.
+            models.Index(
+                fields=["expires_at"],
+                name="mcptasks_terminal_expiry",
+                condition=Q(status__in=["completed", "failed", "cancelled"]),
+            ),
+            models.Index(fields=["status", "-created_at"], name="mcptasks_status_created"),
+            models.Index(fields=["tool_name", "-created_at"], name="mcptasks_tool_created"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tool_name} {self.id[:8]} ({self.status})"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+
+class InputRequestState(models.TextChoices):
+    PENDING = "pending"
+    ANSWERED = "answered"
+    #: The task ended while the request was outstanding.
+    WITHDRAWN = "withdrawn"
+
+
+class InputRequest(models.Model):
+    """A question a task put to its client (elicitation, sampling, roots)."""
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="input_requests")
+    key = models.CharField(max_length=255, help_text="Unique within the task for its whole life.")
+    method = models.CharField(max_length=64)
+    params = models.JSONField(default=dict)
+    state = models.CharField(max_length=16, choices=InputRequestState.choices, default=InputRequestState.PENDING)
+    response = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    answered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [models.UniqueConstraint(fields=["task", "key"], name="mcptasks_input_key_unique")]
+        indexes = [
+            models.Index(fields=["task"], name="mcptasks_input_pending", condition=Q(state="pending")),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.key} ({self.method}, {self.state})"
+
+
+class TaskEvent(models.Model):
+    """One audit record per transition (and per notable action) of a task."""
+
+    id = models.BigAutoField(primary_key=True)
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="events")
+    at = models.DateTimeField()
+    kind = models.CharField(max_length=32, help_text="created, transition, input, cancel_requested, ...")
+    from_status = models.CharField(max_length=16, blank=True, default="")
+    to_status = models.CharField(max_length=16, blank=True, default="")
+    actor = models.CharField(max_length=255, help_text="client:<owner>, worker:<name>, operator:<user> or system")
+    detail = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["task", "at", "id"]
+        indexes = [models.Index(fields=["task", "at"], name="mcptasks_event_task_at")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.from_status}->{self.to_status} by {self.actor}"

@@ -1,0 +1,11 @@
+"""Lifecycle signals, sent only after the change is committed.
+
+``task_changed`` fires for every committed status change (and for an input
+request being answered), with ``task_id``, ``from_status``, ``to_status`` and
+``actor``. Notification publishing and site hooks listen to it.
+"""
+
+from django.dispatch import Signal
+
+task_created = Signal()
+task_changed = Signal()

@@ -1,0 +1,132 @@
+"""Settings for the example site, from the environment (django-environ).
+
+With no environment at all it runs on the embedded default: SQLite, an
+in-process Celery broker and an in-memory channel layer. Name real services
+to use them:
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/mcptasks
+    CELERY_BROKER_URL=redis://127.0.0.1:6379/0
+    REDIS_URL=redis://127.0.0.1:6379/1        # channel layer
+"""
+
+from pathlib import Path
+
+import environ
+
+from mcptasks.beat import BEAT_SCHEDULE
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = BASE_DIR / "var"
+
+env = environ.Env()
+environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
+
+DEBUG = env.bool("DEBUG", default=False)
+SECRET_KEY = env("SECRET_KEY", default="insecure-example-key-change-me-for-anything-real")
+ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]", "testserver"])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "mcptasks",
+    "project.demo",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "project.urls"
+APPEND_SLASH = False
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+WSGI_APPLICATION = "project.wsgi.application"
+ASGI_APPLICATION = "project.asgi.application"
+
+DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'db.sqlite3'}")}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Several threads write at once on the embedded default (web + worker).
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {"timeout": 30, "transaction_mode": "IMMEDIATE", "init_command": "PRAGMA journal_mode=WAL;"}
+    )
+else:
+    DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=60)
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = []
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+
+# Celery: an in-process broker unless CELERY_BROKER_URL names a real one.
+CELERY_BROKER_URL = env("CELERY_BROKER_URL", default="memory://")
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT", default=3600)}
+if CELERY_BROKER_URL.startswith("memory://"):
+    CELERY_BROKER_TRANSPORT_OPTIONS["polling_interval"] = 0.02
+CELERY_BEAT_SCHEDULE = BEAT_SCHEDULE
+
+# Channels: Redis when REDIS_URL is set, in memory otherwise.
+REDIS_URL = env("REDIS_URL", default="")
+if REDIS_URL:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}}
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+MCPTASKS = {
+    "SERVER_NAME": "mcptasks-example",
+    "AUTHENTICATION_CLASSES": [
+        "mcptasks.identity.BearerTokenAuthentication",
+        "rest_framework.authentication.TokenAuthentication",
+    ],
+    # The example site serves anonymous callers (the conformance suite is one).
+    "ALLOW_ANONYMOUS": env.bool("MCP_ALLOW_ANONYMOUS", default=True),
+    "POLL_INTERVAL_MS": env.int("MCP_POLL_INTERVAL_MS", default=500),
+    "LEASE_SECONDS": env.float("MCP_LEASE_SECONDS", default=30.0),
+    "HEARTBEAT_SECONDS": env.float("MCP_HEARTBEAT_SECONDS", default=5.0),
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {
+        "mcptasks": {"handlers": ["console"], "level": env("MCP_LOG_LEVEL", default="WARNING")},
+    },
+}
