@@ -99,7 +99,10 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT", default=3600)}
 if CELERY_BROKER_URL.startswith("memory://"):
     CELERY_BROKER_TRANSPORT_OPTIONS["polling_interval"] = 0.02
-CELERY_BEAT_SCHEDULE = BEAT_SCHEDULE
+CELERY_BEAT_SCHEDULE = {
+    **BEAT_SCHEDULE,
+    "mcptasks-sweep": {**BEAT_SCHEDULE["mcptasks-sweep"], "schedule": env.float("MCP_SWEEP_SECONDS", default=10.0)},
+}
 
 # Channels: Redis when REDIS_URL is set, in memory otherwise.
 REDIS_URL = env("REDIS_URL", default="")
@@ -119,6 +122,9 @@ MCPTASKS = {
     "POLL_INTERVAL_MS": env.int("MCP_POLL_INTERVAL_MS", default=500),
     "LEASE_SECONDS": env.float("MCP_LEASE_SECONDS", default=30.0),
     "HEARTBEAT_SECONDS": env.float("MCP_HEARTBEAT_SECONDS", default=5.0),
+    "DISPATCH_GRACE_SECONDS": env.float("MCP_DISPATCH_GRACE_SECONDS", default=60.0),
+    "MAX_ATTEMPTS": env.int("MCP_MAX_ATTEMPTS", default=3),
+    "CELERY_QUEUE": env("MCP_CELERY_QUEUE", default=None),
 }
 
 LOGGING = {
