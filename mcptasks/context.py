@@ -15,7 +15,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import HandOff, InputNeeded, MissingCapability, TaskCancelled
+from .errors import HandOff, InputNeeded, InvalidParams, MissingCapability, TaskCancelled
+
+LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,22 @@ _CAPABILITY_FOR_METHOD = {
 _KEY_PREFIX = {"elicitation/create": "elicit", "sampling/createMessage": "sample", "roots/list": "roots"}
 
 
+def validate_input_response(method: str, key: str, response: Any) -> None:
+    """Reject an answer that cannot be the result of the request it answers."""
+    if not isinstance(response, dict):
+        raise InvalidParams(f"inputResponses[{key!r}] must be an object")
+    if method == "elicitation/create":
+        if response.get("action") not in ("accept", "decline", "cancel"):
+            raise InvalidParams(f"inputResponses[{key!r}] must be an ElicitResult with an action")
+        if "content" in response and not isinstance(response["content"], dict):
+            raise InvalidParams(f"inputResponses[{key!r}].content must be an object")
+    elif method == "sampling/createMessage":
+        if "content" not in response or "role" not in response:
+            raise InvalidParams(f"inputResponses[{key!r}] must be a CreateMessageResult")
+    elif method == "roots/list" and not isinstance(response.get("roots"), list):
+        raise InvalidParams(f"inputResponses[{key!r}] must be a ListRootsResult")
+
+
 class ToolContext:
     """Handed to a tool as its first parameter when it declares one."""
 
@@ -66,6 +84,9 @@ class ToolContext:
         task_id: str | None = None,
         cancel_event: threading.Event | None = None,
         on_status: Callable[[str], None] | None = None,
+        on_notify: Callable[[str, dict[str, Any]], None] | None = None,
+        progress_token: str | int | None = None,
+        log_level: str | None = None,
         in_task: bool = False,
         can_hand_off: bool = False,
     ) -> None:
@@ -77,6 +98,9 @@ class ToolContext:
         self._answers = dict(answers or {})
         self._cancel_event = cancel_event or threading.Event()
         self._on_status = on_status
+        self._on_notify = on_notify
+        self.progress_token = progress_token
+        self.log_level = log_level if log_level in LOG_LEVELS else None
         self._can_hand_off = can_hand_off
         self._counters: dict[str, int] = {}
         #: Questions asked in this run, by key (for requestState and replay).
@@ -94,6 +118,10 @@ class ToolContext:
         if needed and needed not in self.capabilities:
             raise MissingCapability({needed: {}}, f"This tool needs the client capability '{needed}'.")
 
+    def can(self, capability: str) -> bool:
+        """Whether the client declared ``capability`` (e.g. ``"elicitation"``)."""
+        return capability in self.capabilities
+
     def ask(self, questions: Mapping[str, Question]) -> dict[str, Any]:
         """Ask several questions at once; returns every answer, by key.
 
@@ -106,6 +134,8 @@ class ToolContext:
             self.asked[key] = question
             if key not in self._answers:
                 missing[key] = question.as_request()
+            else:
+                validate_input_response(question.method, key, self._answers[key])
         if missing:
             raise InputNeeded(missing)
         return {key: self._answers[key] for key in questions}
@@ -139,6 +169,34 @@ class ToolContext:
         everything after runs as a durable task. A no-op inside the task."""
         if self._can_hand_off and not self.in_task:
             raise HandOff()
+
+    # Notifications ----------------------------------------------------------
+
+    def report_progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
+        """Send ``notifications/progress`` when the caller asked for it (inline
+        calls); inside a task, a message becomes the task's status message."""
+        if self.progress_token is not None and self._on_notify is not None:
+            params: dict[str, Any] = {"progressToken": self.progress_token, "progress": progress}
+            if total is not None:
+                params["total"] = total
+            if message:
+                params["message"] = message
+            self._on_notify("notifications/progress", params)
+        elif self.in_task and message:
+            self.report_status(message)
+
+    def log(self, level: str, data: Any, *, logger: str | None = None) -> None:
+        """Send ``notifications/message`` if the request's log level admits it."""
+        if level not in LOG_LEVELS:
+            raise ValueError(f"unknown log level {level!r}")
+        if self.log_level is None or self._on_notify is None:
+            return
+        if LOG_LEVELS.index(level) < LOG_LEVELS.index(self.log_level):
+            return
+        params: dict[str, Any] = {"level": level, "data": data}
+        if logger:
+            params["logger"] = logger
+        self._on_notify("notifications/message", params)
 
     # Status and cancellation --------------------------------------------------
 

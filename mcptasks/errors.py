@@ -34,13 +34,18 @@ class ToolError(Exception):
 
 
 class ProtocolError(Exception):
-    """A JSON-RPC error response."""
+    """A JSON-RPC error response.
 
-    def __init__(self, code: int, message: str, data: Any = None) -> None:
+    ``http_status`` overrides the wire's default HTTP status for the code (a
+    -32602 for a missing ``_meta`` field is a 400; other -32602s are not).
+    """
+
+    def __init__(self, code: int, message: str, data: Any = None, *, http_status: int | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.data = data
+        self.http_status = http_status
 
     def to_dict(self) -> dict[str, Any]:
         error: dict[str, Any] = {"code": self.code, "message": self.message}
@@ -50,8 +55,8 @@ class ProtocolError(Exception):
 
 
 class InvalidParams(ProtocolError):
-    def __init__(self, message: str, data: Any = None) -> None:
-        super().__init__(INVALID_PARAMS, message, data)
+    def __init__(self, message: str, data: Any = None, *, http_status: int | None = None) -> None:
+        super().__init__(INVALID_PARAMS, message, data, http_status=http_status)
 
 
 class MissingCapability(ProtocolError):

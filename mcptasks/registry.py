@@ -23,6 +23,7 @@ Task modes:
 from __future__ import annotations
 
 import inspect
+import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -51,6 +52,8 @@ class Tool:
     ttl_ms: int | None
     poll_interval_ms: int | None
     wants_context: bool
+    #: ``x-mcp-header`` parameters: (header suffix, property path) pairs.
+    header_params: tuple[tuple[str, tuple[str, ...]], ...] = ()
     #: Runs inside tools/call until ``ctx.hand_off()`` (asking questions the
     #: MRTR way), then continues as a task.
     starts_inline: bool = False
@@ -106,6 +109,45 @@ def _clean_schema(node: Any) -> Any:
     return out
 
 
+_TCHAR = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+
+
+def _header_params(schema: dict[str, Any], tool_name: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The ``x-mcp-header`` annotations of an input schema, checked as the
+    spec requires (token syntax, unique, primitive, reachable only through
+    ``properties``)."""
+    found: list[tuple[str, tuple[str, ...]]] = []
+
+    def walk(node: Any, path: tuple[str, ...], reachable: bool) -> None:
+        if isinstance(node, list):
+            for item in node:
+                walk(item, path, False)
+            return
+        if not isinstance(node, dict):
+            return
+        if "x-mcp-header" in node:
+            suffix = node["x-mcp-header"]
+            if not reachable or not path:
+                raise ValueError(f"tool {tool_name!r}: x-mcp-header must sit on a property reached by properties only")
+            if not isinstance(suffix, str) or not _TCHAR.match(suffix):
+                raise ValueError(f"tool {tool_name!r}: x-mcp-header {suffix!r} is not an HTTP token")
+            if node.get("type") not in ("string", "integer", "boolean"):
+                raise ValueError(f"tool {tool_name!r}: x-mcp-header needs a string, integer or boolean property")
+            found.append((suffix, path))
+        for key, value in node.items():
+            if key == "properties" and isinstance(value, dict):
+                for name, sub in value.items():
+                    walk(sub, (*path, name), reachable)
+            elif key != "x-mcp-header":
+                walk(value, path, False)
+
+    walk(schema, (), True)
+    suffixes = [suffix.lower() for suffix, _ in found]
+    if len(set(suffixes)) != len(suffixes):
+        raise ValueError(f"tool {tool_name!r}: x-mcp-header values must be unique (case-insensitively)")
+    return tuple(found)
+
+
 def _build_input_model(fn: Callable[..., Any], name: str) -> tuple[type[pydantic.BaseModel], bool]:
     signature = inspect.signature(fn)
     hints = get_type_hints(fn, include_extras=True)
@@ -129,11 +171,77 @@ def _build_input_model(fn: Callable[..., Any], name: str) -> tuple[type[pydantic
     return model, wants_context
 
 
-class ToolRegistry:
+@dataclass
+class Resource:
+    uri: str
+    name: str
+    description: str
+    mime_type: str | None
+    fn: Callable[..., Any]
+
+    def describe(self) -> dict[str, Any]:
+        data = {"uri": self.uri, "name": self.name, "description": self.description}
+        if self.mime_type:
+            data["mimeType"] = self.mime_type
+        return data
+
+
+@dataclass
+class ResourceTemplate:
+    uri_template: str
+    name: str
+    description: str
+    mime_type: str | None
+    fn: Callable[..., Any]
+    pattern: re.Pattern[str]
+
+    def describe(self) -> dict[str, Any]:
+        data = {"uriTemplate": self.uri_template, "name": self.name, "description": self.description}
+        if self.mime_type:
+            data["mimeType"] = self.mime_type
+        return data
+
+    def match(self, uri: str) -> dict[str, str] | None:
+        found = self.pattern.fullmatch(uri)
+        return found.groupdict() if found else None
+
+
+@dataclass
+class Prompt:
+    name: str
+    description: str
+    title: str | None
+    arguments: list[dict[str, Any]]
+    fn: Callable[..., Any]
+    wants_context: bool
+    completions: dict[str, Callable[[str], list[str]]]
+
+    def describe(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"name": self.name, "description": self.description}
+        if self.title:
+            data["title"] = self.title
+        if self.arguments:
+            data["arguments"] = self.arguments
+        return data
+
+
+def _template_pattern(template: str) -> re.Pattern[str]:
+    """A regex for a level-1 URI template: ``{name}`` matches one path segment."""
+    parts = re.split(r"\{([A-Za-z_][A-Za-z0-9_]*)\}", template)
+    regex = "".join(re.escape(part) if i % 2 == 0 else f"(?P<{part}>[^/]+)" for i, part in enumerate(parts))
+    return re.compile(regex)
+
+
+class Registry:
+    """Every tool, resource and prompt the server offers, in registration order."""
+
     def __init__(self) -> None:
         self._tools: dict[str, Tool] = {}
+        self.resources: dict[str, Resource] = {}
+        self.templates: list[ResourceTemplate] = []
+        self.prompts: dict[str, Prompt] = {}
         self._lock = threading.Lock()
-        #: Bumped on every change; ``tools/list`` caching and list_changed use it.
+        #: Bumped on every change to the tool list (list_changed uses it).
         self.version = 0
 
     def register(self, tool: Tool) -> Tool:
@@ -153,13 +261,24 @@ class ToolRegistry:
         return self._tools.get(name)
 
     def all(self) -> list[Tool]:
-        return sorted(self._tools.values(), key=lambda t: t.name)
+        """Tools in registration order: stable, so clients can cache the list."""
+        return list(self._tools.values())
 
     def __contains__(self, name: str) -> bool:
         return name in self._tools
 
+    def find_resource(self, uri: str) -> tuple[Callable[..., Any], dict[str, str], str | None] | None:
+        if uri in self.resources:
+            res = self.resources[uri]
+            return res.fn, {}, res.mime_type
+        for template in self.templates:
+            params = template.match(uri)
+            if params is not None:
+                return template.fn, params, template.mime_type
+        return None
 
-registry = ToolRegistry()
+
+registry = Registry()
 
 
 def tool(
@@ -176,7 +295,7 @@ def tool(
     input_schema: dict[str, Any] | None = None,
     meta: dict[str, Any] | None = None,
     starts_inline: bool = False,
-    registry: ToolRegistry = registry,
+    registry: Registry = registry,
 ) -> Any:
     """Register ``fn`` as a tool. Usable bare (``@tool``) or with options.
 
@@ -215,8 +334,96 @@ def tool(
                 poll_interval_ms=poll_interval_ms,
                 wants_context=wants_context,
                 starts_inline=starts_inline,
+                header_params=_header_params(schema, tool_name),
                 meta=dict(meta or {}),
             )
+        )
+        return func
+
+    if fn is not None:
+        return decorate(fn)
+    return decorate
+
+
+def resource(
+    uri: str,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    mime_type: str | None = "text/plain",
+    registry: Registry = registry,
+) -> Callable[..., Any]:
+    """Register a static resource. The function returns ``str`` (text),
+    ``bytes`` (blob) or a full contents item (``dict``)."""
+
+    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+        registry.resources[uri] = Resource(
+            uri=uri,
+            name=name or func.__name__,
+            description=description or inspect.getdoc(func) or "",
+            mime_type=mime_type,
+            fn=func,
+        )
+        return func
+
+    return decorate
+
+
+def resource_template(
+    uri_template: str,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    mime_type: str | None = "text/plain",
+    registry: Registry = registry,
+) -> Callable[..., Any]:
+    """Register a resource template; ``{name}`` parts become keyword arguments."""
+
+    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+        registry.templates.append(
+            ResourceTemplate(
+                uri_template=uri_template,
+                name=name or func.__name__,
+                description=description or inspect.getdoc(func) or "",
+                mime_type=mime_type,
+                fn=func,
+                pattern=_template_pattern(uri_template),
+            )
+        )
+        return func
+
+    return decorate
+
+
+def prompt(
+    fn: Callable[..., Any] | None = None,
+    *,
+    name: str | None = None,
+    title: str | None = None,
+    description: str | None = None,
+    completions: dict[str, Callable[[str], list[str]]] | None = None,
+    registry: Registry = registry,
+) -> Any:
+    """Register a prompt. Its string parameters become the prompt's arguments
+    (required unless they have a default). It returns a string (one user
+    message) or a list of PromptMessage dicts. Like a tool, it may take a
+    ``ctx`` first and ask the client questions (MRTR)."""
+
+    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+        params = list(inspect.signature(func).parameters.values())
+        wants_context = bool(params) and params[0].name == "ctx"
+        if wants_context:
+            params = params[1:]
+        arguments = [{"name": p.name, "required": p.default is inspect.Parameter.empty} for p in params]
+        prompt_name = name or func.__name__
+        registry.prompts[prompt_name] = Prompt(
+            name=prompt_name,
+            title=title,
+            description=description or inspect.getdoc(func) or "",
+            arguments=arguments,
+            fn=func,
+            wants_context=wants_context,
+            completions=dict(completions or {}),
         )
         return func
 

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 from django.conf import settings as django_settings
 from django.db import DatabaseError
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.http.request import validate_host
 from django.views.decorators.csrf import csrf_exempt
 
@@ -21,6 +21,7 @@ from .conf import settings
 from .errors import INTERNAL_ERROR, INVALID_REQUEST, ProtocolError
 from .identity import NotAuthenticated, identify
 from .wire import jsonrpc, modern
+from .wire.streaming import SSE_HEADERS, Stream
 
 logger = logging.getLogger("mcptasks.views")
 
@@ -95,9 +96,9 @@ def mcp_endpoint(request: HttpRequest) -> HttpResponse:
         return HttpResponse(status=202)
 
     try:
-        result = modern.handle(message, caller, lowercase_headers(request))
+        reply = modern.handle(message, caller, lowercase_headers(request))
     except ProtocolError as exc:
-        return error_response(exc, message.id, status=modern.http_status(exc.code))
+        return error_response(exc, message.id, status=modern.http_status(exc))
     except DatabaseError:
         logger.exception("database error serving %s", message.method)
         exc = ProtocolError(INTERNAL_ERROR, "Internal error: the task store is unavailable; retry later")
@@ -105,4 +106,9 @@ def mcp_endpoint(request: HttpRequest) -> HttpResponse:
     except Exception:
         logger.exception("unexpected error serving %s", message.method)
         return error_response(ProtocolError(INTERNAL_ERROR, "Internal error"), message.id, status=500)
-    return json_response(jsonrpc.result(message.id, result))
+    if isinstance(reply, Stream):
+        response = StreamingHttpResponse(reply.encoded(), content_type="text/event-stream")
+        for name, value in SSE_HEADERS.items():
+            response[name] = value
+        return response
+    return json_response(jsonrpc.result(message.id, reply))

@@ -10,6 +10,8 @@ import base64
 import binascii
 import hashlib
 import json
+import re
+import threading
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -21,14 +23,18 @@ from ..conf import settings
 from ..context import ToolContext
 from ..errors import (
     HEADER_MISMATCH,
-    INVALID_PARAMS,
+    INTERNAL_ERROR,
+    INVALID_REQUEST,
     METHOD_NOT_FOUND,
+    MISSING_CAPABILITY,
+    PARSE_ERROR,
     TASKS_EXTENSION,
     UNSUPPORTED_VERSION,
     HandOff,
     InputNeeded,
     InvalidParams,
     ProtocolError,
+    TaskCancelled,
     TaskNotFound,
     missing_tasks_extension,
 )
@@ -36,7 +42,9 @@ from ..execution import invoke
 from ..identity import Caller
 from ..models import Era, InputRequest, InputRequestState, Task, TaskStatus
 from ..registry import Tool, registry
+from ..waiting import wait_for_terminal
 from .jsonrpc import Message
+from .streaming import Stream, threaded_call
 
 PROTOCOL_VERSION = "2026-07-28"
 MODERN_VERSIONS = (PROTOCOL_VERSION,)
@@ -79,65 +87,104 @@ _B64_PREFIX, _B64_SUFFIX = "=?base64?", "?="
 
 
 def decode_header_value(value: str) -> str:
-    """Undo the ``=?base64?...?=`` sentinel encoding of ``Mcp-Name`` values."""
+    """Undo the ``=?base64?...?=`` sentinel encoding of ``Mcp-Name`` and
+    ``Mcp-Param-*`` values."""
     if value.startswith(_B64_PREFIX) and value.endswith(_B64_SUFFIX) and len(value) >= len(_B64_PREFIX) + 2:
         encoded = value[len(_B64_PREFIX) : -len(_B64_SUFFIX)]
         try:
             return base64.b64decode(encoded, validate=True).decode("utf-8")
         except (binascii.Error, UnicodeDecodeError, ValueError):
-            raise HeaderMismatch("Mcp-Name is not valid base64-encoded UTF-8") from None
+            raise HeaderMismatch("a header value is not valid base64-encoded UTF-8") from None
     return value
 
 
+_NAME_SOURCE = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+
+
+def _check_mirrored(header_name: str, raw: str | None, body_value: Any, *, required: bool) -> None:
+    if raw is None:
+        if required:
+            raise HeaderMismatch(f"the {header_name} header is required")
+        return
+    value = decode_header_value(raw.strip())
+    if value != body_value:
+        raise HeaderMismatch(f"{header_name} header value '{value}' does not match body value '{body_value}'")
+
+
 def validate_headers(message: Message, headers: Mapping[str, str]) -> None:
-    """The routing headers must mirror the body (-32020 otherwise)."""
-    meta = message.params.get("_meta") or {}
-    body_version = meta.get(META_VERSION)
-    header_version = headers.get("mcp-protocol-version")
-    if header_version is None:
-        raise HeaderMismatch("the MCP-Protocol-Version header is required")
-    if header_version != body_version:
-        raise HeaderMismatch(
-            f"MCP-Protocol-Version header value '{header_version}' does not match body value '{body_version}'"
-        )
-    header_method = headers.get("mcp-method")
-    if header_method is None:
-        raise HeaderMismatch("the Mcp-Method header is required")
-    if header_method != message.method:
-        raise HeaderMismatch(f"Mcp-Method header value '{header_method}' does not match body value '{message.method}'")
-    raw_name = headers.get("mcp-name")
-    if message.method == "tools/call":
-        body_name = message.params.get("name")
-        if raw_name is None:
-            raise HeaderMismatch("the Mcp-Name header is required for tools/call")
-        name = decode_header_value(raw_name)
-        if name != body_name:
-            raise HeaderMismatch(f"Mcp-Name header value '{name}' does not match body value '{body_name}'")
-    elif message.method in _TASK_METHODS and raw_name is not None:
+    """``Mcp-Method`` and ``Mcp-Name`` must mirror the body (-32020 otherwise)."""
+    _check_mirrored("Mcp-Method", headers.get("mcp-method"), message.method, required=True)
+    source = _NAME_SOURCE.get(message.method)
+    if source is not None:
+        _check_mirrored("Mcp-Name", headers.get("mcp-name"), message.params.get(source), required=True)
+    elif message.method in _TASK_METHODS:
         # Some clients omit Mcp-Name on tasks/*: tolerate absence, reject a wrong one.
-        body_task = message.params.get("taskId")
-        name = decode_header_value(raw_name)
-        if name != body_task:
-            raise HeaderMismatch(f"Mcp-Name header value '{name}' does not match body value '{body_task}'")
+        _check_mirrored("Mcp-Name", headers.get("mcp-name"), message.params.get("taskId"), required=False)
 
 
-def check_version(message: Message) -> tuple[str, dict[str, Any]]:
-    """The request's protocol version and capabilities, validated."""
+_HEADER_SAFE = re.compile(r"^[\x20-\x7e\t]*$")
+
+
+def _header_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def check_param_headers(tool: Tool, arguments: Mapping[str, Any], headers: Mapping[str, str]) -> None:
+    """Each ``x-mcp-header`` parameter present in the body must be mirrored,
+    equal, in its ``Mcp-Param-{Name}`` header (-32020 otherwise)."""
+    for suffix, path in tool.header_params:
+        value: Any = arguments
+        for part in path:
+            value = value.get(part) if isinstance(value, dict) else None
+        raw = headers.get(f"mcp-param-{suffix.lower()}")
+        if raw is not None and not _HEADER_SAFE.match(raw):
+            raise HeaderMismatch(f"Mcp-Param-{suffix} contains invalid characters")
+        if value is None:
+            continue
+        if raw is None:
+            raise HeaderMismatch(f"the Mcp-Param-{suffix} header is required when '{'.'.join(path)}' is sent")
+        decoded = decode_header_value(raw.strip())
+        if isinstance(value, int) and not isinstance(value, bool):
+            try:
+                matches = float(decoded) == value  # compared as numbers: "42.0" matches 42
+            except ValueError:
+                matches = False
+        else:
+            matches = decoded == _header_text(value)
+        if not matches:
+            raise HeaderMismatch(f"Mcp-Param-{suffix} header value '{decoded}' does not match body value '{value}'")
+
+
+def check_version(message: Message, headers: Mapping[str, str]) -> tuple[str, dict[str, Any]]:
+    """The request's protocol version and capabilities, validated in the
+    order the spec's errors imply: missing ``_meta`` fields (-32602, HTTP
+    400), then header against body (-32020), then support (-32022)."""
     meta = message.params.get("_meta")
     if not isinstance(meta, dict):
-        raise InvalidParams("Missing required _meta field: io.modelcontextprotocol/protocolVersion")
-    version = meta.get(META_VERSION)
+        meta = {}
+    missing = [key for key in (META_VERSION, META_CAPABILITIES) if key not in meta]
+    if missing:
+        raise InvalidParams(f"Invalid params: missing required _meta field(s): {', '.join(missing)}", http_status=400)
+    version, capabilities = meta[META_VERSION], meta[META_CAPABILITIES]
     if not isinstance(version, str):
-        raise InvalidParams(f"Missing required _meta field: {META_VERSION}")
+        raise InvalidParams(f"Invalid params: _meta {META_VERSION} must be a string", http_status=400)
+    if not isinstance(capabilities, dict):
+        raise InvalidParams(f"Invalid params: _meta {META_CAPABILITIES} must be an object", http_status=400)
+    header = headers.get("mcp-protocol-version")
+    if header is None:
+        raise HeaderMismatch("the MCP-Protocol-Version header is required")
+    if header.strip() != version:
+        raise HeaderMismatch(
+            f"MCP-Protocol-Version header value '{header.strip()}' does not match body value '{version}'"
+        )
     if version not in MODERN_VERSIONS:
         raise ProtocolError(
             UNSUPPORTED_VERSION,
             "Unsupported protocol version",
             {"supported": supported_versions(), "requested": version},
         )
-    capabilities = meta.get(META_CAPABILITIES)
-    if not isinstance(capabilities, dict):
-        raise InvalidParams(f"Missing required _meta field: {META_CAPABILITIES}")
     return version, capabilities
 
 
@@ -231,13 +278,21 @@ def load_request_state(state: Any, owner: str, tool: str, arguments: Any) -> dic
 
 # Handlers ----------------------------------------------------------------------------
 
+META_LOG_LEVEL = "io.modelcontextprotocol/logLevel"
+
+Reply = dict[str, Any] | Stream
+
 
 class Request:
     """One modern request, validated: the handlers' input."""
 
-    def __init__(self, message: Message, caller: Caller, capabilities: dict[str, Any]) -> None:
+    def __init__(
+        self, message: Message, caller: Caller, capabilities: dict[str, Any], headers: Mapping[str, str] | None = None
+    ) -> None:
         self.message = message
+        self.headers = headers or {}
         self.params = message.params
+        self.meta: dict[str, Any] = message.params.get("_meta") or {}
         self.caller = caller
         self.capabilities = capabilities
 
@@ -245,92 +300,140 @@ class Request:
     def tasks_enabled(self) -> bool:
         return has_tasks_extension(self.capabilities)
 
-
-def discover(req: Request) -> dict[str, Any]:
-    result: dict[str, Any] = {
-        "supportedVersions": supported_versions(),
-        "capabilities": server_capabilities(),
-        "ttlMs": settings.LIST_TTL_MS,
-        "cacheScope": "public",
-    }
-    if settings.INSTRUCTIONS:
-        result["instructions"] = settings.INSTRUCTIONS
-    return complete(result)
+    @property
+    def wants_notifications(self) -> bool:
+        return "progressToken" in self.meta or META_LOG_LEVEL in self.meta
 
 
 def server_capabilities() -> dict[str, Any]:
-    return {"tools": {"listChanged": True}, "extensions": {TASKS_EXTENSION: {}}}
+    return {
+        "tools": {},
+        "resources": {},
+        "prompts": {},
+        "completions": {},
+        "logging": {},
+        "extensions": {TASKS_EXTENSION: {}},
+    }
 
 
-def describe_tool(tool: Tool) -> dict[str, Any]:
-    return tool.describe()
+def cacheable(value: dict[str, Any], scope: str = "public") -> dict[str, Any]:
+    return complete({**value, "ttlMs": settings.LIST_TTL_MS, "cacheScope": scope})
 
 
-def list_tools(req: Request) -> dict[str, Any]:
-    cursor = req.params.get("cursor")
-    if cursor is not None:
-        raise InvalidParams("Invalid cursor: this server returns every tool on one page")
-    return complete(
-        {
-            "tools": [describe_tool(t) for t in registry.all()],
-            "ttlMs": settings.LIST_TTL_MS,
-            "cacheScope": "public",
-        }
-    )
+def discover(req: Request) -> Reply:
+    result: dict[str, Any] = {"supportedVersions": supported_versions(), "capabilities": server_capabilities()}
+    if settings.INSTRUCTIONS:
+        result["instructions"] = settings.INSTRUCTIONS
+    return cacheable(result)
 
 
-def _lookup_tool(params: Mapping[str, Any]) -> Tool:
-    name = params.get("name")
+def _no_cursor(req: Request) -> None:
+    if req.params.get("cursor") is not None:
+        raise InvalidParams("Invalid cursor: every item is on the first page")
+
+
+def list_tools(req: Request) -> Reply:
+    _no_cursor(req)
+    return cacheable({"tools": [t.describe() for t in registry.all()]})
+
+
+def _object_param(params: Mapping[str, Any], name: str) -> dict[str, Any]:
+    value = params.get(name)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidParams(f'"{name}" must be an object')
+    return value
+
+
+def _mrtr_answers(req: Request, subject: str, arguments: Any) -> dict[str, Any]:
+    """Answers for this MRTR round: earlier rounds' from the signed
+    ``requestState``, this round's from ``inputResponses``."""
+    answers: dict[str, Any] = {}
+    if "requestState" in req.params:
+        answers = load_request_state(req.params["requestState"], req.caller.owner, subject, arguments)
+    if "inputResponses" in req.params:
+        responses = req.params["inputResponses"]
+        if not isinstance(responses, dict):
+            raise InvalidParams('"inputResponses" must be an object')
+        answers.update(responses)
+    return answers
+
+
+def _input_required(
+    need: InputNeeded, req: Request, subject: str, arguments: Any, answers: Mapping[str, Any]
+) -> dict[str, Any]:
+    return {
+        "resultType": "input_required",
+        "inputRequests": need.requests,
+        "requestState": sign_request_state(req.caller.owner, subject, arguments, answers),
+    }
+
+
+def _inline(
+    req: Request,
+    answers: Mapping[str, Any],
+    run: Callable[[ToolContext], dict[str, Any]],
+    *,
+    can_hand_off: bool = False,
+) -> Reply:
+    """Run ``run(ctx)`` within the request: directly, or in a thread streaming
+    progress and log notifications when the request asked for them."""
+
+    def make_context(
+        notify: Callable[[str, dict[str, Any]], None] | None = None, cancel: threading.Event | None = None
+    ) -> ToolContext:
+        return ToolContext(
+            owner=req.caller.owner,
+            user=req.caller.user,
+            capabilities=req.capabilities,
+            answers=answers,
+            can_hand_off=can_hand_off,
+            on_notify=notify,
+            cancel_event=cancel,
+            progress_token=req.meta.get("progressToken"),
+            log_level=req.meta.get(META_LOG_LEVEL),
+        )
+
+    if not req.wants_notifications:
+        return run(make_context())
+    return threaded_call(req.message.id, lambda notify, cancel: run(make_context(notify, cancel)))
+
+
+def call_tool(req: Request) -> Reply:
+    name = req.params.get("name")
     if not isinstance(name, str):
         raise InvalidParams('tools/call needs "name" (a string)')
     tool = registry.get(name)
     if tool is None:
         raise InvalidParams(f"Unknown tool: {name}")
-    return tool
-
-
-def call_tool(req: Request) -> dict[str, Any]:
-    tool = _lookup_tool(req.params)
-    arguments = req.params.get("arguments") or {}
+    arguments = _object_param(req.params, "arguments")
+    check_param_headers(tool, arguments, req.headers)
     kwargs = tool.validate_arguments(arguments)
-    mode = tool.task
-    if mode == "required" and not req.tasks_enabled:
+    if tool.task == "required" and not req.tasks_enabled:
         raise missing_tasks_extension()
-    wants_task = req.tasks_enabled and mode in ("optional", "required", "auto")
-
-    # MRTR: answers from earlier rounds ride in requestState; new ones in inputResponses.
-    answers: dict[str, Any] = {}
-    if "requestState" in req.params:
-        answers = load_request_state(req.params["requestState"], req.caller.owner, tool.name, arguments)
-    responses = req.params.get("inputResponses")
-    if responses is not None:
-        if not isinstance(responses, dict):
-            raise InvalidParams("inputResponses must be an object")
-        answers.update(responses)
-
+    wants_task = req.tasks_enabled and tool.task in ("optional", "required", "auto")
+    subject = f"tool:{tool.name}"
+    answers = _mrtr_answers(req, subject, arguments)
     if wants_task and not tool.starts_inline:
         return _create_task(req, tool, arguments, {})
 
-    ctx = ToolContext(
-        owner=req.caller.owner,
-        user=req.caller.user,
-        capabilities=req.capabilities,
-        answers=answers,
-        can_hand_off=wants_task,
-    )
-    try:
-        result = invoke(tool, ctx, kwargs)
-    except InputNeeded as need:
-        state = sign_request_state(req.caller.owner, tool.name, arguments, answers)
-        return {"resultType": "input_required", "inputRequests": need.requests, "requestState": state}
-    except HandOff:
-        answered = {
-            key: lifecycle.Answer(method=q.method, params=q.params, response=answers[key])
-            for key, q in ctx.asked.items()
-            if key in answers
-        }
-        return _create_task(req, tool, arguments, answered)
-    return complete(result)
+    def run(ctx: ToolContext) -> dict[str, Any]:
+        try:
+            return complete(invoke(tool, ctx, kwargs))
+        except InputNeeded as need:
+            return _input_required(need, req, subject, arguments, answers)
+        except HandOff:
+            answered = {
+                key: lifecycle.Answer(method=q.method, params=q.params, response=answers[key])
+                for key, q in ctx.asked.items()
+                if key in answers
+            }
+            return _create_task(req, tool, arguments, answered)
+        except TaskCancelled:
+            raise ProtocolError(INTERNAL_ERROR, "The call was cancelled") from None
+
+    return _inline(req, answers, run, can_hand_off=wants_task)
 
 
 def _create_task(
@@ -348,12 +451,118 @@ def _create_task(
     )
     # create_task committed: a tasks/get for this id resolves from here on.
     if tool.task == "auto":
-        from ..waiting import wait_for_terminal
-
         done = wait_for_terminal(task.id, settings.AUTO_TASK_BUDGET_SECONDS)
         if done is not None and done.status == TaskStatus.COMPLETED:
             return complete(done.result or {})
+        if done is not None and done.status == TaskStatus.FAILED and done.error:
+            raise ProtocolError(
+                done.error.get("code", INTERNAL_ERROR), done.error.get("message", "Failed"), done.error.get("data")
+            )
     return create_task_result(task)
+
+
+# Prompts, resources, completion ---------------------------------------------------------
+
+
+def list_prompts(req: Request) -> Reply:
+    _no_cursor(req)
+    return cacheable({"prompts": [p.describe() for p in registry.prompts.values()]})
+
+
+def _prompt_messages(value: Any) -> list[dict[str, Any]]:
+    if isinstance(value, str):
+        return [{"role": "user", "content": {"type": "text", "text": value}}]
+    return list(value)
+
+
+def get_prompt(req: Request) -> Reply:
+    name = req.params.get("name")
+    prompt = registry.prompts.get(name) if isinstance(name, str) else None
+    if prompt is None:
+        raise InvalidParams(f"Unknown prompt: {name}")
+    arguments = _object_param(req.params, "arguments")
+    missing = [a["name"] for a in prompt.arguments if a["required"] and a["name"] not in arguments]
+    unknown = set(arguments) - {a["name"] for a in prompt.arguments}
+    if missing or unknown:
+        raise InvalidParams(
+            f"Invalid arguments for prompt '{prompt.name}': missing {missing}, unknown {sorted(unknown)}"
+        )
+    if any(not isinstance(v, str) for v in arguments.values()):
+        raise InvalidParams("Prompt arguments must be strings")
+    subject = f"prompt:{prompt.name}"
+    answers = _mrtr_answers(req, subject, arguments)
+
+    def run(ctx: ToolContext) -> dict[str, Any]:
+        try:
+            value = prompt.fn(ctx, **arguments) if prompt.wants_context else prompt.fn(**arguments)
+        except InputNeeded as need:
+            return _input_required(need, req, subject, arguments, answers)
+        result: dict[str, Any] = {"messages": _prompt_messages(value)}
+        if prompt.description:
+            result["description"] = prompt.description
+        return complete(result)
+
+    return _inline(req, answers, run)
+
+
+def list_resources(req: Request) -> Reply:
+    _no_cursor(req)
+    return cacheable({"resources": [r.describe() for r in registry.resources.values()]})
+
+
+def list_resource_templates(req: Request) -> Reply:
+    _no_cursor(req)
+    return cacheable({"resourceTemplates": [t.describe() for t in registry.templates]})
+
+
+def _contents(uri: str, mime_type: str | None, value: Any) -> list[dict[str, Any]]:
+    items = value if isinstance(value, list) else [value]
+    contents = []
+    for item in items:
+        if isinstance(item, dict):
+            contents.append({"uri": uri, **({"mimeType": mime_type} if mime_type else {}), **item})
+            continue
+        entry: dict[str, Any] = {"uri": uri}
+        if mime_type:
+            entry["mimeType"] = mime_type
+        if isinstance(item, bytes):
+            entry["blob"] = base64.b64encode(item).decode("ascii")
+        else:
+            entry["text"] = str(item)
+        contents.append(entry)
+    return contents
+
+
+def read_resource(req: Request) -> Reply:
+    uri = req.params.get("uri")
+    if not isinstance(uri, str):
+        raise InvalidParams('resources/read needs "uri" (a string)')
+    found = registry.find_resource(uri)
+    if found is None:
+        raise InvalidParams("Resource not found", {"uri": uri})
+    fn, params, mime_type = found
+    return cacheable({"contents": _contents(uri, mime_type, fn(**params))})
+
+
+def complete_argument(req: Request) -> Reply:
+    ref = _object_param(req.params, "ref")
+    argument = _object_param(req.params, "argument")
+    if not isinstance(argument.get("name"), str) or not isinstance(argument.get("value", ""), str):
+        raise InvalidParams('completion/complete needs "argument" with a string name and value')
+    values: list[str] = []
+    if ref.get("type") == "ref/prompt":
+        prompt = registry.prompts.get(ref.get("name"))
+        if prompt is None:
+            raise InvalidParams(f"Unknown prompt: {ref.get('name')}")
+        completer = prompt.completions.get(argument["name"])
+        if completer is not None:
+            values = [v for v in completer(argument.get("value", "")) if isinstance(v, str)]
+    elif ref.get("type") != "ref/resource":
+        raise InvalidParams('"ref.type" must be "ref/prompt" or "ref/resource"')
+    return complete({"completion": {"values": values[:100], "total": len(values), "hasMore": len(values) > 100}})
+
+
+# Tasks ---------------------------------------------------------------------------------
 
 
 def _task_for(req: Request) -> Task:
@@ -369,49 +578,64 @@ def _task_for(req: Request) -> Task:
     return task
 
 
-def get_task(req: Request) -> dict[str, Any]:
+def get_task(req: Request) -> Reply:
     return complete(detailed_task(_task_for(req)))
 
 
-def update_task(req: Request) -> dict[str, Any]:
-    responses = req.params.get("inputResponses")
+def update_task(req: Request) -> Reply:
     task = _task_for(req)
+    responses = req.params.get("inputResponses")
     if not isinstance(responses, dict):
         raise InvalidParams('"inputResponses" (an object) is required')
     lifecycle.submit_input(task.id, responses, actor=lifecycle.client_actor(req.caller.owner))
     return complete()
 
 
-def cancel_task(req: Request) -> dict[str, Any]:
+def cancel_task(req: Request) -> Reply:
     task = _task_for(req)
     lifecycle.cancel(task.id, actor=lifecycle.client_actor(req.caller.owner))
     return complete()
 
 
-HANDLERS: dict[str, Callable[[Request], dict[str, Any]]] = {
+HANDLERS: dict[str, Callable[[Request], Reply]] = {
     "server/discover": discover,
     "tools/list": list_tools,
     "tools/call": call_tool,
+    "prompts/list": list_prompts,
+    "prompts/get": get_prompt,
+    "resources/list": list_resources,
+    "resources/read": read_resource,
+    "resources/templates/list": list_resource_templates,
+    "completion/complete": complete_argument,
     "tasks/get": get_task,
     "tasks/update": update_task,
     "tasks/cancel": cancel_task,
 }
 
 
-def handle(message: Message, caller: Caller, headers: Mapping[str, str]) -> dict[str, Any]:
-    """Validate and run one modern request; raises ``ProtocolError``."""
-    _version, capabilities = check_version(message)
+def handle(message: Message, caller: Caller, headers: Mapping[str, str]) -> Reply:
+    """Validate and run one modern request; raises ``ProtocolError``.
+
+    Order matters: required ``_meta`` (-32602), header/body agreement (-32020),
+    the version (-32022), the method (-32601); capabilities are each
+    handler's to check (-32021), before it looks anything up.
+    """
+    _version, capabilities = check_version(message, headers)
     validate_headers(message, headers)
     handler = HANDLERS.get(message.method)
     if handler is None:
         raise ProtocolError(METHOD_NOT_FOUND, f"Method not found: {message.method}")
-    return handler(Request(message, caller, capabilities))
+    return handler(Request(message, caller, capabilities, headers))
 
 
-def http_status(code: int) -> int:
+def http_status(exc: ProtocolError) -> int:
     """HTTP status for a JSON-RPC error on the modern wire."""
-    if code == METHOD_NOT_FOUND:
+    if exc.http_status is not None:
+        return exc.http_status
+    if exc.code == METHOD_NOT_FOUND:
         return 404
-    if code in (-32700, -32600, INVALID_PARAMS, HEADER_MISMATCH, -32021, UNSUPPORTED_VERSION):
+    if exc.code in (PARSE_ERROR, INVALID_REQUEST, HEADER_MISMATCH, MISSING_CAPABILITY, UNSUPPORTED_VERSION):
         return 400
-    return 200 if code > -32000 or code < -32768 else 500
+    if exc.code == INTERNAL_ERROR:
+        return 500
+    return 200

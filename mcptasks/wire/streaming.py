@@ -1,0 +1,86 @@
+"""Server-Sent Events: a response that carries notifications before its result.
+
+An inline tool call that asked for progress or log messages runs in a thread;
+its notifications and final message flow to the client through an asyncio
+queue, so the open stream holds no thread of the server's own. Closing the
+stream cancels the call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from django.db import connection
+
+from ..errors import INTERNAL_ERROR, ProtocolError
+from . import jsonrpc
+
+logger = logging.getLogger("mcptasks.streaming")
+
+Notify = Callable[[str, dict[str, Any]], None]
+
+
+def sse_event(message: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode() + b"\n\n"
+
+
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+class Stream:
+    """JSON-RPC messages to send as an SSE response."""
+
+    def __init__(self, messages: AsyncIterator[dict[str, Any]]) -> None:
+        self.messages = messages
+
+    async def encoded(self) -> AsyncIterator[bytes]:
+        async for message in self.messages:
+            yield sse_event(message)
+
+
+def threaded_call(
+    request_id: jsonrpc.RequestId,
+    work: Callable[[Notify, threading.Event], dict[str, Any]],
+) -> Stream:
+    """Run ``work(notify, cancel_event)`` in a thread; stream what it notifies,
+    then its result (or its JSON-RPC error)."""
+
+    async def messages() -> AsyncIterator[dict[str, Any]]:
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        cancel = threading.Event()
+
+        def put(item: tuple[str, Any]) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, item)
+
+        def notify(method: str, params: dict[str, Any]) -> None:
+            put(("message", {"jsonrpc": "2.0", "method": method, "params": params}))
+
+        def target() -> None:
+            try:
+                put(("message", jsonrpc.result(request_id, work(notify, cancel))))
+            except ProtocolError as exc:
+                put(("message", jsonrpc.error(request_id, exc)))
+            except BaseException:
+                logger.exception("streamed call failed")
+                put(("message", jsonrpc.error(request_id, ProtocolError(INTERNAL_ERROR, "Internal error"))))
+            finally:
+                put(("end", None))
+                connection.close()
+
+        threading.Thread(target=target, name="mcptasks-inline-call", daemon=True).start()
+        try:
+            while True:
+                kind, item = await queue.get()
+                if kind == "end":
+                    return
+                yield item
+        finally:
+            cancel.set()  # the client went away, or the stream is done
+
+    return Stream(messages())
