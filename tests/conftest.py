@@ -1,0 +1,91 @@
+"""Shared fixtures.
+
+The suite runs on real services: Postgres for the database (``tests.settings``
+defaults ``DATABASE_URL`` to the local server; pytest-django creates
+``test_<name>`` on it), Redis for the live stack's broker
+(``MCPTASKS_TEST_REDIS_URL``, default ``redis://127.0.0.1:6379/0``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.support.rpc import DjangoRpc, HttpRpc
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    from django.conf import settings
+
+    engine = settings.DATABASES["default"]["ENGINE"]
+    if "postgresql" not in engine:
+        raise pytest.UsageError(f"the suite needs Postgres, but the database engine is {engine}")
+
+
+# In-process fixtures -------------------------------------------------------------------
+
+
+@pytest.fixture
+def rpc(client: Any) -> DjangoRpc:
+    """A modern-wire client through Django's test client (anonymous caller)."""
+    return DjangoRpc(client)
+
+
+@pytest.fixture
+def published() -> Iterator[list[dict[str, Any]]]:
+    """Every Celery message published while the test runs (name, args, queue),
+    recorded by Celery's own ``after_task_publish`` signal."""
+    from celery.signals import after_task_publish
+
+    seen: list[dict[str, Any]] = []
+    lock = threading.Lock()
+
+    def record(sender: str | None = None, headers: Any = None, body: Any = None, routing_key: Any = None, **_: Any):
+        args = body[0] if isinstance(body, (list, tuple)) and body else None
+        with lock:
+            seen.append({"task": sender, "args": list(args or []), "routing_key": routing_key})
+
+    after_task_publish.connect(record, weak=False)
+    try:
+        yield seen
+    finally:
+        after_task_publish.disconnect(record)
+
+
+# The live stack ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def live_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Postgres database + uvicorn + Celery worker on Redis, for the session."""
+    from tests.support import live
+
+    log_dir = tmp_path_factory.mktemp("live-stack")
+    stack = live.start_stack(log_dir)
+    try:
+        # The whole path works (web -> broker -> worker -> database) before any test uses it.
+        warm = HttpRpc(stack.url)
+        try:
+            task_id = warm.create_task("slow_compute", {"seconds": 0, "label": "warm-up"})
+            final = warm.wait_for(task_id, timeout=90)
+            assert final["status"] == "completed", final
+        except AssertionError as exc:
+            raise RuntimeError(f"live stack did not run a task: {exc}\n{stack.logs()}") from exc
+        finally:
+            warm.close()
+        yield stack
+    finally:
+        live.teardown_stack(stack)
+
+
+@pytest.fixture
+def live(live_stack: Any) -> Iterator[HttpRpc]:
+    """An anonymous HTTP client for the live stack."""
+    client = HttpRpc(live_stack.url)
+    try:
+        yield client
+    finally:
+        client.close()

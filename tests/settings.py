@@ -1,0 +1,19 @@
+"""Settings for the test process: the example site's, on Postgres.
+
+``DATABASE_URL`` defaults to the local Postgres; set it in the environment to
+use another server (pytest-django creates and drops ``test_<name>`` on it).
+Code under test that enqueues a run publishes it to Celery's in-process
+``memory://`` transport; the live stack (tests/support/live.py) runs its own
+processes with a Redis broker.
+"""
+
+import os
+
+os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/mcptasks")
+
+from project.settings import *  # noqa: F403
+from project.settings import MCPTASKS
+
+CELERY_BROKER_URL = "memory://"
+CELERY_BROKER_TRANSPORT_OPTIONS = {"polling_interval": 0.02}
+MCPTASKS = {**MCPTASKS, "CELERY_QUEUE": None}

@@ -1,0 +1,232 @@
+"""The sweeper (lost runs) and the purge (expired tasks), on Postgres."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+from django.utils import timezone
+
+from mcptasks import lifecycle
+from mcptasks.models import InputRequest, Task, TaskEvent, TaskStatus
+from tests.support.factories import (
+    WORKER,
+    completed_task,
+    failed_task,
+    make_task,
+    running_task,
+    waiting_task,
+)
+
+pytestmark = pytest.mark.django_db
+
+
+def lapse(task: Task, seconds: float = 5) -> None:
+    Task.objects.filter(pk=task.id).update(lease_expires_at=timezone.now() - timedelta(seconds=seconds))
+
+
+def runs(published: list[dict]) -> list[list[str]]:
+    return [m["args"] for m in published if m["task"] == "mcptasks.run_task"]
+
+
+# Sweep --------------------------------------------------------------------------------------------
+
+
+def test_sweep_redispatches_a_run_whose_lease_lapsed(django_capture_on_commit_callbacks, published):
+    task = running_task()
+    lapse(task)
+    with django_capture_on_commit_callbacks(execute=True):
+        report = lifecycle.sweep()
+    assert (report.redispatched, report.failed) == (1, 0)
+    task = Task.objects.get(pk=task.id)
+    assert task.status == TaskStatus.WORKING
+    assert (task.lease_owner, task.lease_expires_at) == ("", None)
+    assert task.dispatched_at > timezone.now() - timedelta(seconds=10)
+    assert TaskEvent.objects.filter(task=task, kind="redispatched").count() == 1
+    assert runs(published) == [[task.id]]
+    assert lifecycle.claim(task.id, worker="next") is not None
+
+
+def test_sweep_leaves_live_leases_alone(django_capture_on_commit_callbacks, published):
+    task = running_task()
+    with django_capture_on_commit_callbacks(execute=True):
+        report = lifecycle.sweep()
+    assert (report.redispatched, report.failed) == (0, 0)
+    assert Task.objects.get(pk=task.id).lease_owner == WORKER
+    assert runs(published) == []
+
+
+def test_sweep_fails_a_task_that_used_up_its_attempts(settings):
+    settings.MCPTASKS = {**settings.MCPTASKS, "MAX_ATTEMPTS": 2}
+    task = running_task()
+    Task.objects.filter(pk=task.id).update(attempts=2)
+    lapse(task)
+    report = lifecycle.sweep()
+    assert (report.redispatched, report.failed) == (0, 1)
+    task = Task.objects.get(pk=task.id)
+    assert task.status == TaskStatus.FAILED
+    assert task.error["code"] == -32603
+    assert "lost 2 times" in task.error["message"]
+    assert task.status_message
+
+
+def test_sweep_redispatches_a_lost_message_after_the_grace_period(settings):
+    settings.MCPTASKS = {**settings.MCPTASKS, "DISPATCH_GRACE_SECONDS": 30}
+    recent = make_task()
+    old = make_task()
+    never = make_task()
+    now = timezone.now()
+    Task.objects.filter(pk=recent.id).update(dispatched_at=now - timedelta(seconds=5))
+    Task.objects.filter(pk=old.id).update(dispatched_at=now - timedelta(seconds=60))
+    report = lifecycle.sweep()
+    assert report.redispatched == 2
+    redispatched = set(TaskEvent.objects.filter(kind="redispatched").values_list("task_id", flat=True))
+    assert redispatched == {old.id, never.id}
+
+
+def test_sweep_ignores_waiting_and_terminal_tasks():
+    waiting = waiting_task()
+    done = completed_task()
+    failed = failed_task()
+    Task.objects.update(lease_expires_at=timezone.now() - timedelta(hours=1), dispatched_at=None)
+    report = lifecycle.sweep()
+    assert (report.redispatched, report.failed) == (0, 0)
+    assert Task.objects.get(pk=waiting.id).status == TaskStatus.INPUT_REQUIRED
+    assert Task.objects.get(pk=done.id).status == TaskStatus.COMPLETED
+    assert Task.objects.get(pk=failed.id).status == TaskStatus.FAILED
+
+
+def test_sweep_dry_run_changes_nothing(settings):
+    settings.MCPTASKS = {**settings.MCPTASKS, "MAX_ATTEMPTS": 2}
+    stuck = running_task()
+    doomed = running_task(worker="w2")
+    Task.objects.filter(pk=doomed.id).update(attempts=2)
+    lapse(stuck)
+    lapse(doomed)
+    before = list(Task.objects.order_by("id").values())
+    report = lifecycle.sweep(dry_run=True)
+    assert (report.redispatched, report.failed) == (1, 1)
+    assert list(Task.objects.order_by("id").values()) == before
+    assert not TaskEvent.objects.filter(kind="redispatched").exists()
+
+
+def test_sweep_command(capsys):
+    task = running_task()
+    lapse(task)
+    call_command("mcptasks", "sweep", "--dry-run")
+    assert "would re-enqueue 1" in capsys.readouterr().out
+    assert Task.objects.get(pk=task.id).lease_owner == WORKER
+    call_command("mcptasks", "sweep")
+    assert "re-enqueued 1" in capsys.readouterr().out
+    assert Task.objects.get(pk=task.id).lease_owner == ""
+
+
+# Purge --------------------------------------------------------------------------------------------------
+
+
+def expire(*tasks: Task) -> None:
+    Task.objects.filter(pk__in=[t.id for t in tasks]).update(expires_at=timezone.now() - timedelta(minutes=1))
+
+
+def test_purge_deletes_expired_terminal_tasks_with_their_rows():
+    done = completed_task()
+    waiting = waiting_task()
+    lifecycle.cancel(waiting.id, actor="client:alice")
+    fresh = completed_task()
+    expire(done, waiting)
+    assert lifecycle.purge_expired() == 2
+    assert set(Task.objects.values_list("id", flat=True)) == {fresh.id}
+    assert not TaskEvent.objects.filter(task_id__in=[done.id, waiting.id]).exists()
+    assert not InputRequest.objects.filter(task_id=waiting.id).exists()
+
+
+def test_purge_never_deletes_an_active_task():
+    running = running_task()
+    waiting = waiting_task()
+    unclaimed = make_task()
+    expire(running, waiting, unclaimed)
+    assert lifecycle.purge_expired() == 0
+    assert Task.objects.count() == 3
+
+
+def test_purge_dry_run_counts_only():
+    tasks = [completed_task() for _ in range(3)]
+    expire(*tasks)
+    assert lifecycle.purge_expired(dry_run=True) == 3
+    assert Task.objects.count() == 3
+
+
+def test_purge_works_in_batches():
+    tasks = [completed_task() for _ in range(10)]
+    expire(*tasks)
+    assert lifecycle.purge_expired(batch_size=3, max_batches=2) == 6
+    assert Task.objects.count() == 4
+    assert lifecycle.purge_expired(batch_size=3) == 4
+    assert Task.objects.count() == 0
+
+
+def test_prune_command(capsys):
+    tasks = [completed_task() for _ in range(2)]
+    expire(*tasks)
+    call_command("mcptasks", "prune", "--dry-run")
+    assert "would delete 2" in capsys.readouterr().out
+    call_command("mcptasks", "prune", "--batch-size", "1")
+    assert "deleted 2" in capsys.readouterr().out
+    assert not Task.objects.exists()
+
+
+BULK = 20_000
+
+
+def bulk_insert_expired(count: int) -> None:
+    """``count`` expired completed tasks, two events each, in three statements."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            INSERT INTO mcptasks_task (id, owner, tool_name, arguments, era, client_capabilities, status,
+                status_message, result, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms,
+                attempts, lease_owner, cancelled_by)
+            SELECT 'bulk-' || g, 'bulk', 'slow_compute', '{}', '2026-07-28', '{}', 'completed', '',
+                '{"content": [], "isError": false}', now() - interval '2 hours', now() - interval '2 hours',
+                3600000, now() - interval '1 hour' - (g || ' milliseconds')::interval, 1000, 1, '', ''
+            FROM generate_series(1, %s) AS g
+            """,
+            [count],
+        )
+        cursor.execute(
+            """
+            INSERT INTO mcptasks_taskevent (task_id, at, kind, from_status, to_status, actor, detail)
+            SELECT t.id, t.created_at, k.kind, k.f, k.t, 'system', '{}'
+            FROM mcptasks_task t,
+                 (VALUES ('created', '', 'working'), ('transition', 'working', 'completed')) AS k(kind, f, t)
+            WHERE t.owner = 'bulk'
+            """
+        )
+
+
+def test_purge_a_large_backlog():
+    bulk_insert_expired(BULK)
+    running = running_task()
+    expire(running)
+    assert Task.objects.filter(owner="bulk").count() == BULK
+    started = time.monotonic()
+    deleted = lifecycle.purge_expired(batch_size=1000)
+    elapsed = time.monotonic() - started
+    print(f"purged {deleted} tasks in {elapsed:.2f}s")
+    assert deleted == BULK
+    assert not Task.objects.filter(owner="bulk").exists()
+    assert not TaskEvent.objects.filter(task__owner="bulk").exists()
+    assert Task.objects.get(pk=running.id).status == TaskStatus.WORKING
+    assert elapsed < 120, f"purging {BULK} rows took {elapsed:.1f}s"
+
+
+def test_purge_stops_after_max_batches_on_a_large_backlog():
+    bulk_insert_expired(2_500)
+    assert lifecycle.purge_expired(batch_size=1000, max_batches=2) == 2000
+    assert Task.objects.filter(owner="bulk").count() == 500
+    # Oldest expiry first: the ones left are the most recently expired.
+    left = set(Task.objects.filter(owner="bulk").values_list("id", flat=True))
+    assert left == {f"bulk-{g}" for g in range(1, 501)}
