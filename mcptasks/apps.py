@@ -8,8 +8,14 @@ class MCPTasksConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from django.conf import settings as django_settings
+
         from . import jobs  # noqa: F401  (registers the Celery tasks)
         from .conf import settings
 
         # Tools live in a module of any installed app, found like admin.py.
         autodiscover_modules(settings.TOOLS_MODULE)
+        if settings.NOTIFICATIONS and getattr(django_settings, "CHANNEL_LAYERS", None):
+            from . import publishing
+
+            publishing.connect()

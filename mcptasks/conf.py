@@ -56,6 +56,12 @@ class MCPTasksSettings:
     REQUEST_STATE_MAX_AGE: int = 15 * 60
     #: Caching hints for ``server/discover`` and ``tools/list``.
     LIST_TTL_MS: int = 60 * 1000
+    #: Push task changes through the channel layer (when one is configured).
+    NOTIFICATIONS: bool = True
+    #: Idle ``subscriptions/listen`` streams get an SSE comment this often.
+    KEEPALIVE_SECONDS: float = 15.0
+    #: Most task ids one ``subscriptions/listen`` may name.
+    MAX_LISTEN_TASKS: int = 1000
     #: Celery queue for tool runs.
     CELERY_QUEUE: str | None = None
     #: Allowed ``Origin`` values (scheme://host[:port]); ``None`` allows only

@@ -53,7 +53,28 @@ def worker_actor(name: str) -> str:
     return f"worker:{name}"
 
 
+def _snapshot(task_id: str) -> tuple[Task | None, dict[str, Any] | None]:
+    """The task as this change leaves it (read inside the transaction), for
+    listeners that must see every transition; skipped when nobody listens."""
+    if not signals.task_changed.has_listeners(Task):
+        return None, None
+    task = Task.objects.filter(pk=task_id).first()
+    pending = None
+    if task is not None and task.status == TaskStatus.INPUT_REQUIRED:
+        pending = {
+            key: {"method": method, "params": params}
+            for key, method, params in InputRequest.objects.filter(
+                task_id=task_id, state=InputRequestState.PENDING
+            ).values_list("key", "method", "params")
+        }
+    return task, pending
+
+
 def _after_commit(task_id: str, from_status: str, to_status: str, actor: str, kind: str) -> None:
+    """Log and signal the change once it is committed (never before: a
+    listener must not see what a rollback undoes)."""
+    task, pending = _snapshot(task_id)
+
     def send() -> None:
         logger.info(
             "task %s %s -> %s",
@@ -63,7 +84,14 @@ def _after_commit(task_id: str, from_status: str, to_status: str, actor: str, ki
             extra={"task_id": task_id, "from_status": from_status, "to_status": to_status, "actor": actor},
         )
         signals.task_changed.send(
-            sender=Task, task_id=task_id, from_status=from_status, to_status=to_status, actor=actor, kind=kind
+            sender=Task,
+            task_id=task_id,
+            from_status=from_status,
+            to_status=to_status,
+            actor=actor,
+            kind=kind,
+            task=task,
+            pending_inputs=pending,
         )
 
     transaction.on_commit(send)
@@ -280,8 +308,17 @@ def request_input(task_id: str, requests: Mapping[str, Mapping[str, Any]], *, wo
     meaning over the task's life).
     """
     with transaction.atomic():
+        mine = Task.objects.select_for_update().filter(pk=task_id, status=TaskStatus.WORKING, lease_owner=worker)
+        if not mine.exists():
+            return False
         existing = set(
             InputRequest.objects.filter(task_id=task_id, key__in=list(requests)).values_list("key", flat=True)
+        )
+        # The questions first, so that the transition's snapshot lists them.
+        InputRequest.objects.bulk_create(
+            InputRequest(task_id=task_id, key=key, method=req["method"], params=req.get("params", {}))
+            for key, req in requests.items()
+            if key not in existing
         )
         moved = _transition(
             task_id,
@@ -292,12 +329,8 @@ def request_input(task_id: str, requests: Mapping[str, Mapping[str, Any]], *, wo
             fields={"status_message": message or "Waiting for input.", "attempts": 0, **_CLEAR_LEASE},
             detail={"keys": sorted(requests)},
         )
-        if moved:
-            InputRequest.objects.bulk_create(
-                InputRequest(task_id=task_id, key=key, method=req["method"], params=req.get("params", {}))
-                for key, req in requests.items()
-                if key not in existing
-            )
+        if not moved:
+            transaction.set_rollback(True)
         return moved
 
 
@@ -321,9 +354,10 @@ def submit_input(task_id: str, responses: Mapping[str, Any], *, actor: str) -> l
                 state=InputRequestState.ANSWERED, response=answer, answered_at=now
             ):
                 accepted.append(req.key)
-        if accepted:
-            _record(task_id, "input", actor, now=now, detail={"keys": accepted})
-        if status == TaskStatus.INPUT_REQUIRED and accepted and not pending.exists():
+        if not accepted:
+            return accepted
+        _record(task_id, "input", actor, now=now, detail={"keys": accepted})
+        if status == TaskStatus.INPUT_REQUIRED and not pending.exists():
             _transition(
                 task_id,
                 allowed_from=[TaskStatus.INPUT_REQUIRED],
@@ -332,6 +366,10 @@ def submit_input(task_id: str, responses: Mapping[str, Any], *, actor: str) -> l
                 fields={"status_message": "", "dispatched_at": now},
             )
             _enqueue_after_commit(task_id)
+        else:
+            # Still waiting on other answers: listeners see the shorter list.
+            Task.objects.filter(pk=task_id).update(updated_at=now)
+            _after_commit(task_id, status, status, actor, "input")
         return accepted
 
 

@@ -31,6 +31,7 @@ from typing import Any, Literal, get_type_hints
 
 import pydantic
 
+from . import signals
 from .context import ToolContext
 from .errors import InvalidParams
 
@@ -250,12 +251,25 @@ class Registry:
                 raise ValueError(f"A tool named {tool.name!r} is already registered")
             self._tools[tool.name] = tool
             self.version += 1
+        signals.registry_changed.send(sender=Registry, kind="tools")
         return tool
 
     def unregister(self, name: str) -> None:
         with self._lock:
-            if self._tools.pop(name, None) is not None:
+            removed = self._tools.pop(name, None) is not None
+            if removed:
                 self.version += 1
+        if removed:
+            signals.registry_changed.send(sender=Registry, kind="tools")
+
+    def add_prompt(self, prompt: Prompt) -> Prompt:
+        self.prompts[prompt.name] = prompt
+        signals.registry_changed.send(sender=Registry, kind="prompts")
+        return prompt
+
+    def remove_prompt(self, name: str) -> None:
+        if self.prompts.pop(name, None) is not None:
+            signals.registry_changed.send(sender=Registry, kind="prompts")
 
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
@@ -416,14 +430,16 @@ def prompt(
             params = params[1:]
         arguments = [{"name": p.name, "required": p.default is inspect.Parameter.empty} for p in params]
         prompt_name = name or func.__name__
-        registry.prompts[prompt_name] = Prompt(
-            name=prompt_name,
-            title=title,
-            description=description or inspect.getdoc(func) or "",
-            arguments=arguments,
-            fn=func,
-            wants_context=wants_context,
-            completions=dict(completions or {}),
+        registry.add_prompt(
+            Prompt(
+                name=prompt_name,
+                title=title,
+                description=description or inspect.getdoc(func) or "",
+                arguments=arguments,
+                fn=func,
+                wants_context=wants_context,
+                completions=dict(completions or {}),
+            )
         )
         return func
 

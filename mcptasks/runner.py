@@ -66,9 +66,26 @@ def start_worker_processes(concurrency: int) -> list[subprocess.Popen[bytes]]:
     ]
 
 
+def graceful_server_class() -> type:
+    import uvicorn
+
+    class GracefulServer(uvicorn.Server):
+        """Ends open subscription streams with their final response before
+        uvicorn stops waiting for connections to drain."""
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            from .notify import begin_shutdown
+
+            begin_shutdown()
+            super().handle_exit(sig, frame)
+
+    return GracefulServer
+
+
 def run(*, host: str, port: int, concurrency: int, asgi_app: str) -> None:
     import uvicorn
 
+    server_class = graceful_server_class()
     children: list[subprocess.Popen[bytes]] = []
     embedded: list[Any] = []
     if broker_is_in_process():
@@ -79,7 +96,7 @@ def run(*, host: str, port: int, concurrency: int, asgi_app: str) -> None:
         mode = f"celery worker ({concurrency} processes) and beat"
     print(f"mcptasks: serving http://{host}:{port}/mcp with {mode}", flush=True)
 
-    server = uvicorn.Server(uvicorn.Config(asgi_app, host=host, port=port, log_level="warning", lifespan="off"))
+    server = server_class(uvicorn.Config(asgi_app, host=host, port=port, log_level="warning", lifespan="off"))
 
     def watch_children() -> None:
         for child in children:

@@ -2,10 +2,14 @@
 
 ``task_changed`` fires for every committed status change (and for an input
 request being answered), with ``task_id``, ``from_status``, ``to_status`` and
-``actor``. Notification publishing and site hooks listen to it.
+``actor``, plus ``task`` (the row as that change left it) and
+``pending_inputs`` when anything listens. Notification publishing and site
+hooks listen to it.
 """
 
 from django.dispatch import Signal
 
 task_created = Signal()
 task_changed = Signal()
+#: The tool (``kind="tools"``) or prompt (``kind="prompts"``) list changed.
+registry_changed = Signal()

@@ -1,4 +1,10 @@
-"""ASGI entry point (``uvicorn project.asgi:application``)."""
+"""ASGI entry point: ``uvicorn project.asgi:application``.
+
+HTTP goes through Channels' protocol router to Django. Long-lived MCP
+responses (subscriptions/listen, legacy session streams, a blocked
+tasks/result) are async generators on the event loop, fed by the Channels
+layer, so an open stream holds no thread.
+"""
 
 import os
 
@@ -6,4 +12,8 @@ from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
 
-application = get_asgi_application()
+django_application = get_asgi_application()
+
+from channels.routing import ProtocolTypeRouter  # noqa: E402  (after Django is set up)
+
+application = ProtocolTypeRouter({"http": django_application})

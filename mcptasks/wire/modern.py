@@ -45,6 +45,7 @@ from ..registry import Tool, registry
 from ..waiting import wait_for_terminal
 from .jsonrpc import Message
 from .streaming import Stream, threaded_call
+from .subscriptions import listen_stream
 
 PROTOCOL_VERSION = "2026-07-28"
 MODERN_VERSIONS = (PROTOCOL_VERSION,)
@@ -225,15 +226,16 @@ def pending_input_requests(task_id: str) -> dict[str, Any]:
     return {key: {"method": method, "params": params} for key, method, params in rows}
 
 
-def detailed_task(task: Task) -> dict[str, Any]:
-    """The DetailedTask for ``task``: what tasks/get and notifications carry."""
+def detailed_task(task: Task, pending: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The DetailedTask for ``task``: what tasks/get and notifications carry.
+    ``pending`` (the outstanding input requests) is read when not given."""
     data = task_fields(task)
     if task.status == TaskStatus.INPUT_REQUIRED:
-        data["inputRequests"] = pending_input_requests(task.id)
+        data["inputRequests"] = dict(pending) if pending is not None else pending_input_requests(task.id)
     elif task.status == TaskStatus.COMPLETED:
         data["result"] = {"resultType": "complete", **(task.result or {})}
     elif task.status == TaskStatus.FAILED:
-        data["error"] = task.error or {"code": -32603, "message": task.status_message or "Task failed"}
+        data["error"] = task.error or {"code": INTERNAL_ERROR, "message": task.status_message or "Task failed"}
     return data
 
 
@@ -307,9 +309,9 @@ class Request:
 
 def server_capabilities() -> dict[str, Any]:
     return {
-        "tools": {},
+        "tools": {"listChanged": True},
         "resources": {},
-        "prompts": {},
+        "prompts": {"listChanged": True},
         "completions": {},
         "logging": {},
         "extensions": {TASKS_EXTENSION: {}},
@@ -562,6 +564,38 @@ def complete_argument(req: Request) -> Reply:
     return complete({"completion": {"values": values[:100], "total": len(values), "hasMore": len(values) > 100}})
 
 
+# Subscriptions ----------------------------------------------------------------------------
+
+
+def listen(req: Request) -> Reply:
+    """``subscriptions/listen``: acknowledge the filter, then stream changes.
+
+    Task ids the caller does not own (or that do not exist) are silently
+    left out of the acknowledgement: indistinguishable, like tasks/get.
+    """
+    wanted = req.params.get("notifications")
+    if not isinstance(wanted, dict):
+        raise InvalidParams('subscriptions/listen needs "notifications" (an object)')
+    acknowledged: dict[str, Any] = {}
+    task_ids: list[str] = []
+    if "taskIds" in wanted:
+        requested = wanted["taskIds"]
+        if not isinstance(requested, list) or not all(isinstance(t, str) for t in requested):
+            raise InvalidParams('"notifications.taskIds" must be an array of strings')
+        if not req.tasks_enabled:
+            raise missing_tasks_extension()
+        if len(requested) > settings.MAX_LISTEN_TASKS:
+            raise InvalidParams(f"At most {settings.MAX_LISTEN_TASKS} task ids per subscription")
+        requested = list(dict.fromkeys(requested))
+        owned = set(Task.objects.filter(pk__in=requested, owner=req.caller.owner).values_list("id", flat=True))
+        task_ids = [tid for tid in requested if tid in owned]
+        acknowledged["taskIds"] = task_ids
+    for flag in ("toolsListChanged", "promptsListChanged"):
+        if wanted.get(flag) is True:
+            acknowledged[flag] = True
+    return Stream(listen_stream(req.message.id, acknowledged, task_ids))
+
+
 # Tasks ---------------------------------------------------------------------------------
 
 
@@ -607,6 +641,7 @@ HANDLERS: dict[str, Callable[[Request], Reply]] = {
     "resources/read": read_resource,
     "resources/templates/list": list_resource_templates,
     "completion/complete": complete_argument,
+    "subscriptions/listen": listen,
     "tasks/get": get_task,
     "tasks/update": update_task,
     "tasks/cancel": cancel_task,

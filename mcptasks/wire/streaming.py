@@ -32,15 +32,20 @@ def sse_event(message: dict[str, Any]) -> bytes:
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
-class Stream:
-    """JSON-RPC messages to send as an SSE response."""
+#: An SSE comment: keeps idle connections open through proxies and timeouts.
+KEEPALIVE = b":\n\n"
 
-    def __init__(self, messages: AsyncIterator[dict[str, Any]]) -> None:
+
+class Stream:
+    """JSON-RPC messages to send as an SSE response; ``None`` in the
+    iterator sends a keep-alive comment."""
+
+    def __init__(self, messages: AsyncIterator[dict[str, Any] | None]) -> None:
         self.messages = messages
 
     async def encoded(self) -> AsyncIterator[bytes]:
         async for message in self.messages:
-            yield sse_event(message)
+            yield KEEPALIVE if message is None else sse_event(message)
 
 
 def threaded_call(

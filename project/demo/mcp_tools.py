@@ -379,3 +379,32 @@ def test_input_required_result_prompt(ctx: ToolContext) -> str:
         key="user_context",
     )
     return f"Use this context: {_content(answer, 'context')}"
+
+
+# List-changed triggers (server-stateless) -------------------------------------------
+
+
+def _dynamic_tool() -> str:
+    return "I come and go."
+
+
+@tool(description="Adds or removes a tool, so that list-changed notifications go out.")
+def test_trigger_tool_change() -> str:
+    from mcptasks.registry import registry
+
+    if "dynamic_tool" in registry:
+        registry.unregister("dynamic_tool")
+        return "Removed dynamic_tool."
+    tool(_dynamic_tool, name="dynamic_tool", description="A tool that comes and goes.")
+    return "Added dynamic_tool."
+
+
+@tool(description="Adds or removes a prompt, so that list-changed notifications go out.")
+def test_trigger_prompt_change() -> str:
+    from mcptasks.registry import registry
+
+    if "dynamic_prompt" in registry.prompts:
+        registry.remove_prompt("dynamic_prompt")
+        return "Removed dynamic_prompt."
+    prompt(lambda: "I come and go.", name="dynamic_prompt", description="A prompt that comes and goes.")
+    return "Added dynamic_prompt."

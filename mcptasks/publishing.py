@@ -1,0 +1,39 @@
+"""Connects committed lifecycle changes, and registry changes, to the
+notification fabric. Connected by the app config when a channel layer is
+configured (otherwise nobody could listen, and snapshots would be wasted)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import notify, signals
+from .models import Task
+from .wire.modern import detailed_task
+
+
+def publish_task_change(
+    *, task_id: str, task: Task | None = None, pending_inputs: Any = None, kind: str = "", **_: Any
+) -> None:
+    if task is None:  # deleted in the same transaction; nothing to show
+        return
+    notify.publish_task(
+        task_id,
+        {
+            "kind": kind,
+            "task": detailed_task(task, pending_inputs),
+            "era": task.era,
+            # Microseconds since the epoch: orders the changes of one task.
+            "at": int(task.updated_at.timestamp() * 1_000_000),
+        },
+    )
+
+
+def publish_registry_change(*, kind: str, **_: Any) -> None:
+    group = {"tools": notify.TOOLS_GROUP, "prompts": notify.PROMPTS_GROUP}.get(kind)
+    if group:
+        notify.publish_list_changed(group)
+
+
+def connect() -> None:
+    signals.task_changed.connect(publish_task_change, sender=Task, dispatch_uid="mcptasks.publish_task_change")
+    signals.registry_changed.connect(publish_registry_change, dispatch_uid="mcptasks.publish_registry_change")
