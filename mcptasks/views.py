@@ -19,8 +19,8 @@ from django.views.decorators.csrf import csrf_exempt
 
 from .conf import settings
 from .errors import INTERNAL_ERROR, INVALID_REQUEST, ProtocolError
-from .identity import NotAuthenticated, identify
-from .wire import jsonrpc, modern
+from .identity import Caller, NotAuthenticated, identify
+from .wire import jsonrpc, legacy, modern
 from .wire.streaming import SSE_HEADERS, Stream
 
 logger = logging.getLogger("mcptasks.views")
@@ -68,11 +68,41 @@ def lowercase_headers(request: HttpRequest) -> dict[str, str]:
     return {name.lower(): value for name, value in request.headers.items()}
 
 
+LEGACY_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26")
+
+
+def is_legacy(request: HttpRequest, data: Any) -> bool:
+    """Era selection. A legacy ``MCP-Protocol-Version`` header, or no header
+    and no modern ``_meta`` in the body (an ``initialize``, say), selects the
+    2025-era session wire; anything else is served statelessly (2026-07-28)."""
+    header = request.headers.get("MCP-Protocol-Version")
+    if header is not None:
+        return header.strip() in LEGACY_VERSIONS
+    params = data.get("params") if isinstance(data, dict) else None
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    return not (isinstance(meta, dict) and modern.META_VERSION in meta)
+
+
+def _authenticated(request: HttpRequest, request_id: Any = None) -> Caller | HttpResponse:
+    try:
+        return identify(request)
+    except NotAuthenticated as exc:
+        headers = {"WWW-Authenticate": exc.www_authenticate} if exc.www_authenticate else {}
+        return json_response(
+            jsonrpc.error(request_id, ProtocolError(INVALID_REQUEST, exc.message)), status=401, headers=headers
+        )
+
+
 @csrf_exempt
 def mcp_endpoint(request: HttpRequest) -> HttpResponse:
     origin = request.headers.get("Origin")
     if origin is not None and not origin_allowed(origin):
         return error_response(ProtocolError(INVALID_REQUEST, "Forbidden: invalid Origin header"), status=403)
+    if request.method in ("GET", "DELETE") and request.headers.get("Mcp-Session-Id"):
+        caller = _authenticated(request)
+        if isinstance(caller, HttpResponse):
+            return caller
+        return legacy.handle_session_request(request, caller)
     if request.method != "POST":
         return json_response(
             jsonrpc.error(None, ProtocolError(INVALID_REQUEST, f"Method {request.method} not allowed")),
@@ -80,18 +110,21 @@ def mcp_endpoint(request: HttpRequest) -> HttpResponse:
             headers={"Allow": "POST"},
         )
     try:
-        message = jsonrpc.parse_message(jsonrpc.decode(request.body))
+        data = jsonrpc.decode(request.body)
     except ProtocolError as exc:
         return error_response(exc)
-
+    if is_legacy(request, data):
+        caller = _authenticated(request, data.get("id") if isinstance(data, dict) else None)
+        if isinstance(caller, HttpResponse):
+            return caller
+        return legacy.handle_post(request, data, caller)
     try:
-        caller = identify(request)
-    except NotAuthenticated as exc:
-        headers = {"WWW-Authenticate": exc.www_authenticate} if exc.www_authenticate else {}
-        return json_response(
-            jsonrpc.error(message.id, ProtocolError(INVALID_REQUEST, exc.message)), status=401, headers=headers
-        )
-
+        message = jsonrpc.parse_message(data)
+    except ProtocolError as exc:
+        return error_response(exc)
+    caller = _authenticated(request, message.id)
+    if isinstance(caller, HttpResponse):
+        return caller
     if message.is_notification:
         return HttpResponse(status=202)
 
@@ -106,9 +139,14 @@ def mcp_endpoint(request: HttpRequest) -> HttpResponse:
     except Exception:
         logger.exception("unexpected error serving %s", message.method)
         return error_response(ProtocolError(INTERNAL_ERROR, "Internal error"), message.id, status=500)
+    return reply_response(reply, message.id)
+
+
+def reply_response(reply: Any, request_id: Any) -> HttpResponse:
+    """A handler's reply as HTTP: an SSE stream or one JSON response."""
     if isinstance(reply, Stream):
         response = StreamingHttpResponse(reply.encoded(), content_type="text/event-stream")
         for name, value in SSE_HEADERS.items():
             response[name] = value
         return response
-    return json_response(jsonrpc.result(message.id, reply))
+    return json_response(jsonrpc.result(request_id, reply))
