@@ -68,16 +68,13 @@ def lowercase_headers(request: HttpRequest) -> dict[str, str]:
     return {name.lower(): value for name, value in request.headers.items()}
 
 
-LEGACY_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26")
-
-
 def is_legacy(request: HttpRequest, data: Any) -> bool:
     """Era selection. A legacy ``MCP-Protocol-Version`` header, or no header
     and no modern ``_meta`` in the body (an ``initialize``, say), selects the
     2025-era session wire; anything else is served statelessly (2026-07-28)."""
     header = request.headers.get("MCP-Protocol-Version")
     if header is not None:
-        return header.strip() in LEGACY_VERSIONS
+        return header.strip() in legacy.LEGACY_VERSIONS
     params = data.get("params") if isinstance(data, dict) else None
     meta = params.get("_meta") if isinstance(params, dict) else None
     return not (isinstance(meta, dict) and modern.META_VERSION in meta)

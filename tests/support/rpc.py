@@ -83,6 +83,8 @@ class Reply:
     headers: Mapping[str, str] = field(default_factory=dict)
     raw: bytes = b""
     request: dict[str, Any] = field(default_factory=dict)
+    #: For an SSE response: every message before the final response.
+    events: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def result(self) -> dict[str, Any]:
@@ -222,8 +224,31 @@ class RpcClient:
             time.sleep(interval)
 
 
+def parse_sse(raw: bytes) -> list[dict[str, Any]]:
+    """The JSON messages of an SSE body (one per ``data:`` line)."""
+    messages = []
+    for line in raw.decode("utf-8", errors="replace").splitlines():
+        if line.startswith("data:"):
+            messages.append(json.loads(line[5:].strip()))
+    return messages
+
+
+def decode_reply(status: int, headers: Mapping[str, str], raw: bytes) -> Reply:
+    content_type = next((v for k, v in headers.items() if k.lower() == "content-type"), "")
+    if content_type.startswith("text/event-stream"):
+        messages = parse_sse(raw)
+        final = [m for m in messages if "id" in m and ("result" in m or "error" in m)]
+        events = [m for m in messages if m not in final]
+        return Reply(status=status, body=final[-1] if final else None, headers=headers, raw=raw, events=events)
+    try:
+        body = json.loads(raw) if raw else None
+    except ValueError:
+        body = None
+    return Reply(status=status, body=body, headers=headers, raw=raw)
+
+
 class DjangoRpc(RpcClient):
-    """Through ``django.test.Client`` (no server process)."""
+    """Through ``django.test.Client`` (no server process; no SSE streams)."""
 
     def __init__(self, client: Any, path: str = "/mcp", **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -231,12 +256,8 @@ class DjangoRpc(RpcClient):
         self.path = path
 
     def _reply(self, response: Any) -> Reply:
-        raw = response.content
-        try:
-            body = json.loads(raw) if raw else None
-        except ValueError:
-            body = None
-        return Reply(status=response.status_code, body=body, headers=dict(response.headers), raw=raw)
+        assert not response.streaming, "streamed responses need a live server (use the live client)"
+        return decode_reply(response.status_code, dict(response.headers), response.content)
 
     def _post(self, body: bytes, headers: dict[str, str]) -> Reply:
         content_type = headers.pop("Content-Type", "application/json")
@@ -258,12 +279,7 @@ class HttpRpc(RpcClient):
         self.http = httpx.Client(timeout=timeout)
 
     def _reply(self, response: Any) -> Reply:
-        raw = response.content
-        try:
-            body = json.loads(raw) if raw else None
-        except ValueError:
-            body = None
-        return Reply(status=response.status_code, body=body, headers=dict(response.headers), raw=raw)
+        return decode_reply(response.status_code, dict(response.headers), response.content)
 
     def _post(self, body: bytes, headers: dict[str, str]) -> Reply:
         return self._reply(self.http.post(self.url, content=body, headers=headers))
