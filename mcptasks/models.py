@@ -89,6 +89,13 @@ class Task(models.Model):
             ),
             models.Index(fields=["status", "-created_at"], name="mcptasks_status_created"),
             models.Index(fields=["tool_name", "-created_at"], name="mcptasks_tool_created"),
+            # The admin's change list: all tasks, newest first.
+            models.Index(fields=["-created_at", "id"], name="mcptasks_created"),
+        ]
+        permissions = [
+            ("cancel_task", "Can cancel running or waiting tasks"),
+            ("expire_task", "Can expire finished tasks now"),
+            ("retry_task", "Can retry failed or cancelled tasks"),
         ]
 
     def __str__(self) -> str:
