@@ -613,7 +613,10 @@ def _task_for(req: Request) -> Task:
 
 
 def get_task(req: Request) -> Reply:
-    return complete(detailed_task(_task_for(req)))
+    task = _task_for(req)
+    # Audit: a read of a finished task's outcome (no cost while it runs).
+    lifecycle.note_result_retrieved(task, actor=lifecycle.client_actor(req.caller.owner))
+    return complete(detailed_task(task))
 
 
 def update_task(req: Request) -> Reply:
