@@ -109,9 +109,13 @@ class Reply:
 class RpcClient:
     """Sends modern-wire JSON-RPC requests; subclasses provide ``_post``."""
 
-    def __init__(self, *, token: str | None = None, capabilities: Mapping[str, Any] = FULL_CAPS) -> None:
+    def __init__(
+        self, *, token: str | None = None, capabilities: Mapping[str, Any] = FULL_CAPS, validate: bool = True
+    ) -> None:
         self.token = token
         self.capabilities = dict(capabilities)
+        #: Validate every server message against the pinned schemas.
+        self.validate = validate
 
     # Transport --------------------------------------------------------------
 
@@ -157,7 +161,15 @@ class RpcClient:
                 del computed[existing]
             if value is not None:
                 computed[name] = value
-        return self.post_raw(json.dumps(body).encode(), computed, token=token, request=body)
+        reply = self.post_raw(json.dumps(body).encode(), computed, token=token, request=body)
+        if self.validate:
+            from tests.support.schemas import assert_valid_message, assert_valid_notification
+
+            if isinstance(reply.body, dict):
+                assert_valid_message(method, reply.body)
+            for event in reply.events:
+                assert_valid_notification(event)
+        return reply
 
     def post_raw(
         self,

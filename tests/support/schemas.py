@@ -102,3 +102,16 @@ def assert_valid_message(method: str, body: Any) -> None:
         assert_valid(CORE, CORE_RESULT_DEFS[method], result)
     else:
         assert_valid(CORE, "Result", result)
+
+
+def assert_valid_notification(message: Any) -> None:
+    assert_valid(CORE, "JSONRPCNotification", message)
+    definition = NOTIFICATION_DEFS.get(message.get("method"))
+    if definition is not None:
+        assert_valid(CORE, definition, message)
+
+
+NOTIFICATION_DEFS = {
+    "notifications/progress": "ProgressNotification",
+    "notifications/message": "LoggingMessageNotification",
+}
