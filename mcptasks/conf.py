@@ -7,7 +7,7 @@ tests.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from django.conf import settings as django_settings
@@ -62,6 +62,24 @@ class MCPTasksSettings:
     KEEPALIVE_SECONDS: float = 15.0
     #: Most task ids one ``subscriptions/listen`` may name.
     MAX_LISTEN_TASKS: int = 1000
+    # Abuse limits (None turns one off).
+    MAX_BODY_BYTES: int | None = 1024 * 1024
+    MAX_JSON_DEPTH: int | None = 64
+    MAX_ARGUMENTS_BYTES: int | None = 256 * 1024
+    MAX_INPUT_RESPONSES_BYTES: int | None = 256 * 1024
+    #: Working or waiting tasks one owner may have at once.
+    MAX_ACTIVE_TASKS_PER_OWNER: int | None = 1000
+    #: Polls of one task allowed per ``pollIntervalMs`` window.
+    POLL_BURST: int | None = 10
+    #: Per-owner rates, DRF syntax ("N/s", "N/m", ...), by request kind:
+    #: ``call`` (tools/call), ``update`` (tasks/update and tasks/cancel),
+    #: ``listen`` (subscriptions/listen). A missing kind is not throttled.
+    THROTTLE_RATES: dict[str, str] = field(
+        default_factory=lambda: {"call": "100/s", "update": "100/s", "listen": "20/s"}
+    )
+    #: The Django cache that holds throttle counters (share it between
+    #: processes, e.g. Redis, for exact limits).
+    THROTTLE_CACHE: str = "default"
     #: Celery queue for tool runs.
     CELERY_QUEUE: str | None = None
     #: Allowed ``Origin`` values (scheme://host[:port]); ``None`` allows only
@@ -79,6 +97,8 @@ class MCPTasksSettings:
         for name, value in user.items():
             if name in ("AUTHENTICATION_CLASSES", "ALLOWED_ORIGINS") and value is not None:
                 value = tuple(value)
+            if name == "THROTTLE_RATES":
+                value = dict(value or {})
             values[name] = value
         return replace(cls(), **values)
 

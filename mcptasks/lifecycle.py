@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -173,6 +173,7 @@ def create_task(
     now = timezone.now()
     ttl = clamp_ttl(ttl_ms)
     with transaction.atomic():
+        _check_active_quota(owner)
         task = Task.objects.create(
             owner=owner,
             tool_name=tool_name,
@@ -213,6 +214,25 @@ def create_task(
         if enqueue:
             _enqueue_after_commit(task.id)
     return task
+
+
+class TooManyActiveTasks(Exception):
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"Too many active tasks: at most {limit} may be working or waiting at once")
+        self.limit = limit
+
+
+def _check_active_quota(owner: str) -> None:
+    """``MAX_ACTIVE_TASKS_PER_OWNER``, exact under concurrency: on Postgres the
+    owner's creations are serialized by a transaction-scoped advisory lock."""
+    limit = settings.MAX_ACTIVE_TASKS_PER_OWNER
+    if limit is None:
+        return
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [f"mcptasks:{owner}"])
+    if Task.objects.filter(owner=owner, status__in=ACTIVE_STATUSES).count() >= limit:
+        raise TooManyActiveTasks(limit)
 
 
 # The guarded transition -------------------------------------------------------

@@ -70,6 +70,12 @@ class Task(models.Model):
         indexes = [
             # tasks/list (legacy) and the admin: one owner's tasks, newest first.
             models.Index(fields=["owner", "-created_at", "id"], name="mcptasks_owner_created"),
+            # The per-owner quota of active tasks, counted on every creation.
+            models.Index(
+                fields=["owner"],
+                name="mcptasks_owner_active",
+                condition=Q(status__in=["working", "input_required"]),
+            ),
             # The sweeper: running tasks whose lease lapsed or never started.
             models.Index(
                 fields=["lease_expires_at"],
@@ -91,6 +97,8 @@ class Task(models.Model):
             models.Index(fields=["tool_name", "-created_at"], name="mcptasks_tool_created"),
             # The admin's change list: all tasks, newest first.
             models.Index(fields=["-created_at", "id"], name="mcptasks_created"),
+            # The admin's era filter: legacy tasks are the few, so index only them.
+            models.Index(fields=["-created_at", "id"], name="mcptasks_legacy_created", condition=Q(era="2025-11-25")),
         ]
         permissions = [
             ("cancel_task", "Can cancel running or waiting tasks"),

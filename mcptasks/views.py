@@ -8,18 +8,22 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from typing import Any
 from urllib.parse import urlsplit
 
 from django.conf import settings as django_settings
+from django.core.exceptions import RequestDataTooBig
 from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.http.request import validate_host
 from django.views.decorators.csrf import csrf_exempt
 
+from . import limits
 from .conf import settings
 from .errors import INTERNAL_ERROR, INVALID_REQUEST, ProtocolError
 from .identity import Caller, NotAuthenticated, identify
+from .limits import RateLimited
 from .wire import jsonrpc, legacy, modern
 from .wire.streaming import SSE_HEADERS, Stream
 
@@ -45,7 +49,10 @@ def json_response(
 
 
 def error_response(exc: ProtocolError, request_id: Any = None, status: int = 400) -> HttpResponse:
-    return json_response(jsonrpc.error(request_id, exc), status=status)
+    headers = {}
+    if isinstance(exc, RateLimited):
+        headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after)))
+    return json_response(jsonrpc.error(request_id, exc), status=status, headers=headers)
 
 
 def origin_allowed(origin: str) -> bool:
@@ -90,6 +97,26 @@ def _authenticated(request: HttpRequest, request_id: Any = None) -> Caller | Htt
         )
 
 
+def read_body(request: HttpRequest) -> bytes:
+    """The request body, refused (413) past ``MAX_BODY_BYTES`` before it is read
+    whole when the client announced its length."""
+    limit = settings.MAX_BODY_BYTES
+    if limit is not None:
+        try:
+            announced = int(request.headers.get("Content-Length") or 0)
+        except ValueError:
+            raise ProtocolError(INVALID_REQUEST, "Invalid Content-Length header") from None
+        if announced > limit:
+            raise limits.RequestTooLarge(limit)
+    try:
+        body = request.body
+    except RequestDataTooBig:
+        raise limits.RequestTooLarge(limit or django_settings.DATA_UPLOAD_MAX_MEMORY_SIZE) from None
+    if limit is not None and len(body) > limit:
+        raise limits.RequestTooLarge(limit)
+    return body
+
+
 @csrf_exempt
 def mcp_endpoint(request: HttpRequest) -> HttpResponse:
     origin = request.headers.get("Origin")
@@ -107,9 +134,10 @@ def mcp_endpoint(request: HttpRequest) -> HttpResponse:
             headers={"Allow": "POST"},
         )
     try:
-        data = jsonrpc.decode(request.body)
+        data = jsonrpc.decode(read_body(request))
+        limits.check_depth(data)
     except ProtocolError as exc:
-        return error_response(exc)
+        return error_response(exc, status=exc.http_status or 400)
     if is_legacy(request, data):
         caller = _authenticated(request, data.get("id") if isinstance(data, dict) else None)
         if isinstance(caller, HttpResponse):

@@ -18,7 +18,7 @@ from typing import Any
 
 from django.core import signing
 
-from .. import lifecycle
+from .. import lifecycle, limits
 from ..conf import settings
 from ..context import ToolContext
 from ..errors import (
@@ -358,6 +358,7 @@ def _mrtr_answers(req: Request, subject: str, arguments: Any) -> dict[str, Any]:
         responses = req.params["inputResponses"]
         if not isinstance(responses, dict):
             raise InvalidParams('"inputResponses" must be an object')
+        limits.check_size(responses, settings.MAX_INPUT_RESPONSES_BYTES, "inputResponses")
         answers.update(responses)
     return answers
 
@@ -409,7 +410,9 @@ def call_tool(req: Request) -> Reply:
     tool = registry.get(name)
     if tool is None:
         raise InvalidParams(f"Unknown tool: {name}")
+    limits.throttle("call", req.caller.owner)
     arguments = _object_param(req.params, "arguments")
+    limits.check_size(arguments, settings.MAX_ARGUMENTS_BYTES, "arguments")
     check_param_headers(tool, arguments, req.headers)
     kwargs = tool.validate_arguments(arguments)
     if tool.task == "required" and not req.tasks_enabled:
@@ -441,16 +444,19 @@ def call_tool(req: Request) -> Reply:
 def _create_task(
     req: Request, tool: Tool, arguments: dict[str, Any], answered: Mapping[str, lifecycle.Answer]
 ) -> dict[str, Any]:
-    task = lifecycle.create_task(
-        owner=req.caller.owner,
-        tool_name=tool.name,
-        arguments=arguments,
-        era=Era.MODERN,
-        client_capabilities=req.capabilities,
-        ttl_ms=tool.ttl_ms,
-        poll_interval_ms=tool.poll_interval_ms,
-        answered=answered,
-    )
+    try:
+        task = lifecycle.create_task(
+            owner=req.caller.owner,
+            tool_name=tool.name,
+            arguments=arguments,
+            era=Era.MODERN,
+            client_capabilities=req.capabilities,
+            ttl_ms=tool.ttl_ms,
+            poll_interval_ms=tool.poll_interval_ms,
+            answered=answered,
+        )
+    except lifecycle.TooManyActiveTasks as exc:
+        raise limits.RateLimited(str(exc), retry_after=1.0) from None
     # create_task committed: a tasks/get for this id resolves from here on.
     if tool.task == "auto":
         done = wait_for_terminal(task.id, settings.AUTO_TASK_BUDGET_SECONDS)
@@ -573,6 +579,7 @@ def listen(req: Request) -> Reply:
     Task ids the caller does not own (or that do not exist) are silently
     left out of the acknowledgement: indistinguishable, like tasks/get.
     """
+    limits.throttle("listen", req.caller.owner)
     wanted = req.params.get("notifications")
     if not isinstance(wanted, dict):
         raise InvalidParams('subscriptions/listen needs "notifications" (an object)')
@@ -621,15 +628,18 @@ def get_task(req: Request) -> Reply:
 
 def update_task(req: Request) -> Reply:
     task = _task_for(req)
+    limits.throttle("update", req.caller.owner)
     responses = req.params.get("inputResponses")
     if not isinstance(responses, dict):
         raise InvalidParams('"inputResponses" (an object) is required')
+    limits.check_size(responses, settings.MAX_INPUT_RESPONSES_BYTES, "inputResponses")
     lifecycle.submit_input(task.id, responses, actor=lifecycle.client_actor(req.caller.owner))
     return complete()
 
 
 def cancel_task(req: Request) -> Reply:
     task = _task_for(req)
+    limits.throttle("update", req.caller.owner)
     lifecycle.cancel(task.id, actor=lifecycle.client_actor(req.caller.owner))
     return complete()
 

@@ -1,0 +1,117 @@
+"""Abuse limits: request size and shape, per-owner throttles and quotas.
+
+Each limit is a setting (``MCPTASKS[...]``); ``None`` turns it off. A request
+over a limit gets a JSON-RPC error with the HTTP status that says why: 413 for
+a body that is too large, 429 (with ``Retry-After``) for a throttle or quota.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from typing import Any
+
+from django.core.cache import caches
+from rest_framework.throttling import SimpleRateThrottle
+
+from .conf import settings
+from .errors import INVALID_REQUEST, ProtocolError
+
+#: Outside the JSON-RPC reserved range, as the MCP spec asks of
+#: implementation-defined codes.
+RATE_LIMITED = -31000
+
+
+class RequestTooLarge(ProtocolError):
+    def __init__(self, limit: int) -> None:
+        super().__init__(INVALID_REQUEST, f"Request body too large (limit {limit} bytes)", http_status=413)
+
+
+class RateLimited(ProtocolError):
+    def __init__(self, message: str, retry_after: float) -> None:
+        retry_ms = max(1, math.ceil(retry_after * 1000))
+        super().__init__(RATE_LIMITED, message, {"retryAfterMs": retry_ms}, http_status=429)
+        self.retry_after = retry_after
+
+
+def check_depth(value: Any, limit: int | None = None) -> None:
+    """Refuse JSON nested deeper than ``MAX_JSON_DEPTH`` (iteratively: a deep
+    document must not exhaust the stack while being checked)."""
+    limit = limit if limit is not None else settings.MAX_JSON_DEPTH
+    if limit is None:
+        return
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            children = node.values()
+        elif isinstance(node, list):
+            children = node
+        else:
+            continue
+        if depth > limit:
+            raise ProtocolError(INVALID_REQUEST, f"Invalid Request: JSON nested deeper than {limit} levels")
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+
+
+def encoded_size(value: Any) -> int:
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+def check_size(value: Any, limit: int | None, what: str) -> None:
+    if limit is not None and encoded_size(value) > limit:
+        from .errors import InvalidParams
+
+        raise InvalidParams(f"{what} too large (limit {limit} bytes)")
+
+
+class FixedWindowThrottle:
+    """At most ``limit`` requests per ``seconds`` for a key, counted with one
+    atomic cache ``incr`` per request (polls are the hot path: no stored
+    history as DRF's ``SimpleRateThrottle`` keeps). Rates use DRF's syntax."""
+
+    def __init__(self, scope: str, limit: int, seconds: float) -> None:
+        self.scope = scope
+        self.limit = limit
+        self.seconds = seconds
+
+    @classmethod
+    def from_rate(cls, scope: str, rate: str) -> FixedWindowThrottle:
+        limit, seconds = SimpleRateThrottle.parse_rate(None, rate)  # type: ignore[arg-type]
+        return cls(scope, limit, seconds)
+
+    def check(self, key: str) -> None:
+        cache = caches[settings.THROTTLE_CACHE]
+        now = time.time()
+        window = int(now // self.seconds)
+        cache_key = f"mcptasks:throttle:{self.scope}:{key}:{window}"
+        timeout = math.ceil(self.seconds) + 1
+        if cache.add(cache_key, 1, timeout=timeout):
+            count = 1
+        else:
+            try:
+                count = cache.incr(cache_key)
+            except ValueError:  # expired between add and incr
+                cache.add(cache_key, 1, timeout=timeout)
+                count = 1
+        if count > self.limit:
+            raise RateLimited(
+                f"Too many {self.scope} requests; retry after the interval",
+                (window + 1) * self.seconds - now,
+            )
+
+
+def throttle(scope: str, owner: str) -> None:
+    """Count one ``scope`` request for ``owner`` (``THROTTLE_RATES``)."""
+    rate = (settings.THROTTLE_RATES or {}).get(scope)
+    if rate:
+        FixedWindowThrottle.from_rate(scope, rate).check(owner)
+
+
+def throttle_poll(owner: str, task_id: str, poll_interval_ms: int) -> None:
+    """Polls of one task beyond ``POLL_BURST`` per ``pollIntervalMs`` window
+    are refused: a client is asked to honour the interval the task gives."""
+    burst = settings.POLL_BURST
+    if burst:
+        FixedWindowThrottle("poll", burst, max(poll_interval_ms, 1) / 1000).check(f"{owner}:{task_id}")
