@@ -10,7 +10,7 @@ class MCPTasksConfig(AppConfig):
     def ready(self) -> None:
         from django.conf import settings as django_settings
 
-        from . import jobs  # noqa: F401  (registers the Celery tasks)
+        from . import checks, jobs  # noqa: F401  (registers the system checks and the Celery tasks)
         from .conf import settings
 
         # Tools live in a module of any installed app, found like admin.py.

@@ -1,0 +1,239 @@
+"""System checks (``manage.py check``; ``--tag mcptasks`` for these alone).
+
+Errors are configurations under which mcptasks cannot work at all; warnings
+are ones that work on a laptop and fail in production (``DEBUG = False``).
+
+======  ==========================================================================
+id      meaning
+======  ==========================================================================
+E000    ``settings.MCPTASKS`` is invalid (an unknown key, a wrong type)
+E001    no Celery broker: task runs are published nowhere
+W001    the in-process ``memory://`` broker in production
+W002    notifications are on but ``CHANNEL_LAYERS`` is not configured
+W003    the in-memory channel layer in production
+W004    a database other than PostgreSQL in production
+E002    no authentication class and anonymous callers refused: nobody can call
+E003    an authentication class cannot be imported
+W005    anonymous callers allowed in production
+E004    task TTLs that contradict each other or are not positive
+E005    a worker lease that a heartbeat cannot keep alive (needs > 2 heartbeats)
+W006    cancels noticed more than a second late (``CANCEL_POLL_SECONDS`` > 1)
+E006    a count or interval that must be positive is not
+W007    the sweeper or the purge is missing from the Celery beat schedule
+======  ==========================================================================
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.core.checks import Error, Warning, register
+from django.utils.module_loading import import_string
+
+TAG = "mcptasks"
+IN_MEMORY_LAYER = "channels.layers.InMemoryChannelLayer"
+MAINTENANCE_TASKS = ("mcptasks.sweep", "mcptasks.purge_expired")
+
+
+def _production() -> bool:
+    return not django_settings.DEBUG
+
+
+def _mcp_settings() -> Any:
+    """The validated settings object (a fresh read, so checks see overrides)."""
+    from .conf import MCPTasksSettings
+
+    return MCPTasksSettings.from_django()
+
+
+def _celery_conf() -> Any | None:
+    try:
+        from celery import current_app
+    except ImportError:  # pragma: no cover - celery is a dependency
+        return None
+    return current_app.conf
+
+
+@register(TAG)
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
+    try:
+        _mcp_settings()
+    except (TypeError, ValueError) as exc:
+        return [Error(f"settings.MCPTASKS is invalid: {exc}", id="mcptasks.E000")]
+    return []
+
+
+@register(TAG)
+def check_celery(app_configs: Any = None, **kwargs: Any) -> list[Any]:
+    conf = _celery_conf()
+    broker = getattr(django_settings, "CELERY_BROKER_URL", None) or (conf.broker_url if conf is not None else None)
+    if not broker:
+        return [
+            Error(
+                "No Celery broker is configured: task runs would go to Celery's default "
+                "(amqp://guest@localhost) and never reach a worker.",
+                hint="Set CELERY_BROKER_URL (e.g. redis://host:6379/0) and load your Celery app "
+                "in your project's __init__.py, as the Celery docs for Django describe.",
+                id="mcptasks.E001",
+            )
+        ]
+    errors: list[Any] = []
+    if str(broker).startswith("memory://") and _production():
+        errors.append(
+            Warning(
+                "Celery uses the in-process memory:// broker with DEBUG = False: runs are seen only by a "
+                "worker inside this same process (`manage.py mcptasks run`), and are lost when it stops.",
+                hint="Use a real broker (Redis or RabbitMQ) and separate `celery worker` processes.",
+                id="mcptasks.W001",
+            )
+        )
+    schedule = getattr(django_settings, "CELERY_BEAT_SCHEDULE", None)
+    if schedule is None and conf is not None:
+        schedule = conf.beat_schedule
+    scheduled = {entry.get("task") for entry in (schedule or {}).values() if isinstance(entry, dict)}
+    missing = [name for name in MAINTENANCE_TASKS if name not in scheduled]
+    if missing:
+        errors.append(
+            Warning(
+                f"The Celery beat schedule has no {', '.join(missing)}: runs lost to dead workers are never "
+                "recovered, or expired tasks never deleted.",
+                hint="CELERY_BEAT_SCHEDULE = {**mcptasks.beat.BEAT_SCHEDULE, ...}, and run `celery beat` "
+                "(or call `manage.py mcptasks sweep` / `prune` from cron).",
+                id="mcptasks.W007",
+            )
+        )
+    return errors
+
+
+@register(TAG)
+def check_channel_layer(app_configs: Any = None, **kwargs: Any) -> list[Any]:
+    try:
+        notifications = _mcp_settings().NOTIFICATIONS
+    except (TypeError, ValueError):
+        return []  # reported by E000
+    layers = getattr(django_settings, "CHANNEL_LAYERS", None) or {}
+    default = layers.get("default")
+    if not default:
+        if notifications:
+            return [
+                Warning(
+                    "CHANNEL_LAYERS has no 'default' layer: task notifications and subscriptions/listen are off.",
+                    hint="Configure channels_redis.core.RedisChannelLayer, or set MCPTASKS['NOTIFICATIONS'] = False.",
+                    id="mcptasks.W002",
+                )
+            ]
+        return []
+    if default.get("BACKEND") == IN_MEMORY_LAYER and _production():
+        return [
+            Warning(
+                "The default channel layer is in memory with DEBUG = False: a task change made by a worker "
+                "never reaches a client listening on another process.",
+                hint="Use channels_redis.core.RedisChannelLayer.",
+                id="mcptasks.W003",
+            )
+        ]
+    return []
+
+
+@register(TAG)
+def check_database(app_configs: Any = None, **kwargs: Any) -> list[Any]:
+    engine = django_settings.DATABASES.get("default", {}).get("ENGINE", "")
+    if _production() and "postgresql" not in engine:
+        return [
+            Warning(
+                f"The default database is {engine or 'not configured'} with DEBUG = False. mcptasks relies on "
+                "PostgreSQL's row locks (SELECT ... FOR UPDATE) to keep concurrent transitions safe, and on its "
+                "partial indexes to stay fast.",
+                hint="Use PostgreSQL in production (e.g. DATABASE_URL=postgres://...).",
+                id="mcptasks.W004",
+            )
+        ]
+    return []
+
+
+@register(TAG)
+def check_authentication(app_configs: Any = None, **kwargs: Any) -> list[Any]:
+    try:
+        conf = _mcp_settings()
+    except (TypeError, ValueError):
+        return []
+    errors: list[Any] = []
+    if not conf.AUTHENTICATION_CLASSES and not conf.ALLOW_ANONYMOUS:
+        errors.append(
+            Error(
+                "MCPTASKS['AUTHENTICATION_CLASSES'] is empty and ALLOW_ANONYMOUS is False: nobody can call the server.",
+                hint="Name at least one authentication class, or allow anonymous callers explicitly.",
+                id="mcptasks.E002",
+            )
+        )
+    for path in conf.AUTHENTICATION_CLASSES:
+        try:
+            import_string(path)
+        except ImportError as exc:
+            errors.append(Error(f"Authentication class {path!r} cannot be imported: {exc}", id="mcptasks.E003"))
+    if conf.ALLOW_ANONYMOUS and _production():
+        errors.append(
+            Warning(
+                f"MCPTASKS['ALLOW_ANONYMOUS'] is True with DEBUG = False: every unauthenticated caller shares "
+                f"the identity {conf.ANONYMOUS_OWNER!r} and so sees every other anonymous caller's tasks.",
+                hint="Turn ALLOW_ANONYMOUS off in production unless the server is private.",
+                id="mcptasks.W005",
+            )
+        )
+    return errors
+
+
+@register(TAG)
+def check_timing(app_configs: Any = None, **kwargs: Any) -> list[Any]:
+    try:
+        conf = _mcp_settings()
+    except (TypeError, ValueError):
+        return []
+    errors: list[Any] = []
+    if conf.DEFAULT_TTL_MS <= 0 or conf.MAX_TTL_MS <= 0:
+        errors.append(
+            Error(
+                f"Task TTLs must be positive (DEFAULT_TTL_MS={conf.DEFAULT_TTL_MS}, MAX_TTL_MS={conf.MAX_TTL_MS}).",
+                id="mcptasks.E004",
+            )
+        )
+    elif conf.DEFAULT_TTL_MS > conf.MAX_TTL_MS:
+        errors.append(
+            Error(
+                f"DEFAULT_TTL_MS ({conf.DEFAULT_TTL_MS}) is above MAX_TTL_MS ({conf.MAX_TTL_MS}): "
+                "every task would get the maximum instead of the default.",
+                id="mcptasks.E004",
+            )
+        )
+    if conf.HEARTBEAT_SECONDS <= 0 or conf.LEASE_SECONDS <= 2 * conf.HEARTBEAT_SECONDS:
+        errors.append(
+            Error(
+                f"LEASE_SECONDS ({conf.LEASE_SECONDS}) must be more than twice HEARTBEAT_SECONDS "
+                f"({conf.HEARTBEAT_SECONDS}): one late heartbeat would otherwise let the sweeper take a live run "
+                "away from its worker.",
+                hint="The defaults are a 30 s lease renewed every 5 s.",
+                id="mcptasks.E005",
+            )
+        )
+    if conf.CANCEL_POLL_SECONDS <= 0:
+        errors.append(Error("CANCEL_POLL_SECONDS must be positive.", id="mcptasks.E006"))
+    elif conf.CANCEL_POLL_SECONDS > 1:
+        errors.append(
+            Warning(
+                f"CANCEL_POLL_SECONDS is {conf.CANCEL_POLL_SECONDS}: a running tool notices a cancel only that "
+                "late, and keeps working (and spending) meanwhile.",
+                hint="Keep it at 1 second or less (default 0.25).",
+                id="mcptasks.W006",
+            )
+        )
+    positive = {
+        "POLL_INTERVAL_MS": conf.POLL_INTERVAL_MS,
+        "MAX_ATTEMPTS": conf.MAX_ATTEMPTS,
+        "PURGE_BATCH_SIZE": conf.PURGE_BATCH_SIZE,
+        "DISPATCH_GRACE_SECONDS": conf.DISPATCH_GRACE_SECONDS,
+    }
+    for name, value in positive.items():
+        if value <= 0:
+            errors.append(Error(f"MCPTASKS['{name}'] must be positive, not {value}.", id="mcptasks.E006"))
+    return errors
