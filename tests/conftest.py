@@ -8,6 +8,7 @@ defaults ``DATABASE_URL`` to the local server; pytest-django creates
 
 from __future__ import annotations
 
+import signal
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -63,6 +64,12 @@ def live_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """Postgres database + uvicorn + Celery worker on Redis, for the session."""
     from tests.support import live
 
+    # A SIGTERM (a CI timeout, say) becomes an interrupt, so the processes
+    # and the database are still torn down.
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
     log_dir = tmp_path_factory.mktemp("live-stack")
     stack = live.start_stack(log_dir)
     try:
@@ -79,6 +86,7 @@ def live_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         yield stack
     finally:
         live.teardown_stack(stack)
+        signal.signal(signal.SIGTERM, previous)
 
 
 @pytest.fixture

@@ -135,6 +135,7 @@ class RpcClient:
         capabilities: Mapping[str, Any] | None = _UNSET,
         version: str | None = PROTOCOL_VERSION,
         meta: Mapping[str, Any] | None = _UNSET,
+        meta_extra: Mapping[str, Any] | None = None,
         request_id: Any = _UNSET,
         headers: Mapping[str, str | None] | None = None,
         notification: bool = False,
@@ -143,13 +144,14 @@ class RpcClient:
         """Send one request.
 
         ``meta`` replaces the whole ``_meta`` (``None`` omits it); otherwise it
-        is built from ``capabilities`` and ``version``. ``headers`` override
+        is built from ``capabilities`` and ``version``, plus ``meta_extra``
+        (a ``progressToken``, say). ``headers`` override
         the computed headers (a ``None`` value removes one).
         """
         params = dict(params or {})
         if meta is _UNSET:
             caps = self.capabilities if capabilities is _UNSET else capabilities
-            params["_meta"] = build_meta(caps, version=version)
+            params["_meta"] = {**build_meta(caps, version=version), **dict(meta_extra or {})}
         elif meta is not None:
             params["_meta"] = dict(meta)
         body: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "params": params}
