@@ -80,6 +80,9 @@ class MCPTasksSettings:
     #: The Django cache that holds throttle counters (share it between
     #: processes, e.g. Redis, for exact limits).
     THROTTLE_CACHE: str = "default"
+    #: Threads per web process for the endpoint's database work (each keeps
+    #: one database connection).
+    WEB_THREADS: int = 8
     #: Celery queue for tool runs.
     CELERY_QUEUE: str | None = None
     #: Allowed ``Origin`` values (scheme://host[:port]); ``None`` allows only

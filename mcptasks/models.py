@@ -6,6 +6,7 @@ transition and guards each one with a compare-and-set on the current status.
 
 from __future__ import annotations
 
+import json
 import secrets
 
 from django.db import models
@@ -36,6 +37,49 @@ class Era(models.TextChoices):
     LEGACY = "2025-11-25", "2025-11-25 experimental tasks"
 
 
+class TaskManager(models.Manager["Task"]):
+    _lookup_sql: str | None = None
+    _LOOKUP_FIELDS = (
+        "id",
+        "owner",
+        "tool_name",
+        "era",
+        "status",
+        "status_message",
+        "result",
+        "error",
+        "created_at",
+        "updated_at",
+        "ttl_ms",
+        "poll_interval_ms",
+    )
+
+    def lookup(self, task_id: str, owner: str) -> Task | None:
+        """The owner's task, or ``None``: the polling hot path. One primary-key
+        query with the columns a DetailedTask needs, without the ORM's
+        per-query compilation."""
+        from django.db import connections
+
+        connection = connections[self.db]
+        if self._lookup_sql is None:
+            meta = self.model._meta
+            columns = ", ".join(connection.ops.quote_name(meta.get_field(f).column) for f in self._LOOKUP_FIELDS)
+            pk, owner_col = (connection.ops.quote_name(meta.get_field(f).column) for f in ("id", "owner"))
+            TaskManager._lookup_sql = (
+                f"SELECT {columns} FROM {connection.ops.quote_name(meta.db_table)} WHERE {pk} = %s AND {owner_col} = %s"
+            )
+        with connection.cursor() as cursor:
+            cursor.execute(self._lookup_sql, [task_id, owner])
+            row = cursor.fetchone()
+        if row is None:
+            return None
+        values = dict(zip(self._LOOKUP_FIELDS, row, strict=True))
+        for name in ("result", "error"):
+            if isinstance(values[name], str):
+                values[name] = json.loads(values[name])
+        return self.model.from_db(self.db, list(self._LOOKUP_FIELDS), [values[f] for f in self._LOOKUP_FIELDS])
+
+
 class Task(models.Model):
     id = models.CharField(primary_key=True, max_length=64, default=new_task_id, editable=False)
     owner = models.CharField(max_length=255, help_text="The caller's identity; only it may see the task.")
@@ -64,6 +108,8 @@ class Task(models.Model):
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
     cancelled_by = models.CharField(max_length=255, blank=True, default="")
+
+    objects = TaskManager()
 
     class Meta:
         ordering = ["-created_at"]
@@ -162,3 +208,54 @@ class TaskEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.from_status}->{self.to_status} by {self.actor}"
+
+
+# The 2025-era session wire -----------------------------------------------------------
+
+
+def new_session_id() -> str:
+    """256 random bits in visible ASCII (``[A-Za-z0-9_-]``), as ``Mcp-Session-Id`` requires."""
+    return secrets.token_urlsafe(32)
+
+
+class LegacySession(models.Model):
+    """An ``initialize`` session of the 2025-era wire (``Mcp-Session-Id``).
+
+    Durable, so that any web process can serve any request of the session.
+    Only the identity that opened it may use it.
+    """
+
+    id = models.CharField(primary_key=True, max_length=64, default=new_session_id, editable=False)
+    owner = models.CharField(max_length=255)
+    protocol_version = models.CharField(max_length=10)
+    client_capabilities = models.JSONField(default=dict)
+    client_info = models.JSONField(default=dict)
+    #: Set by ``logging/setLevel``; empty until then (no log notifications).
+    log_level = models.CharField(max_length=16, blank=True, default="")
+    #: URIs passed to ``resources/subscribe``.
+    resource_subscriptions = models.JSONField(default=list, blank=True)
+    created_at = models.DateTimeField()
+    #: When ``notifications/initialized`` arrived.
+    initialized_at = models.DateTimeField(null=True, blank=True)
+    last_seen_at = models.DateTimeField()
+    #: When the client ended it (``DELETE``); a closed session answers 404.
+    closed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["last_seen_at"], name="mcptasks_session_seen")]
+
+    def __str__(self) -> str:
+        return f"session {self.id[:8]} ({self.protocol_version}, {self.owner})"
+
+
+class LegacyTask(models.Model):
+    """The session a 2025-era task was created in: where its
+    ``notifications/tasks/status`` go, and (for anonymous callers) the only
+    session that may see it."""
+
+    task = models.OneToOneField(Task, primary_key=True, on_delete=models.CASCADE, related_name="legacy")
+    session_id = models.CharField(max_length=64, db_index=True)
+
+    def __str__(self) -> str:
+        return f"{self.task_id} in session {self.session_id[:8]}"

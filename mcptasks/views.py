@@ -9,12 +9,15 @@ from __future__ import annotations
 import json
 import logging
 import math
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import urlsplit
 
+from asgiref.sync import sync_to_async
 from django.conf import settings as django_settings
-from django.core.exceptions import RequestDataTooBig
-from django.db import DatabaseError
+from django.core.exceptions import DisallowedHost, RequestDataTooBig
+from django.db import DatabaseError, close_old_connections
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.http.request import validate_host
 from django.views.decorators.csrf import csrf_exempt
@@ -117,16 +120,37 @@ def read_body(request: HttpRequest) -> bytes:
     return body
 
 
+_executor: ThreadPoolExecutor | None = None
+_executor_lock = threading.Lock()
+
+
+def worker_threads() -> ThreadPoolExecutor:
+    """A fixed pool of threads for the endpoint's database work.
+
+    Django would otherwise run each request's sync code on a fresh thread
+    under ASGI, so a persistent connection would never be reused; a fixed
+    pool keeps one connection per thread, checked as Django checks them.
+    """
+    global _executor
+    with _executor_lock:
+        if _executor is None:
+            _executor = ThreadPoolExecutor(max_workers=settings.WEB_THREADS, thread_name_prefix="mcptasks-web")
+        return _executor
+
+
 @csrf_exempt
-def mcp_endpoint(request: HttpRequest) -> HttpResponse:
+async def mcp_endpoint(request: HttpRequest) -> HttpResponse:
+    """The MCP endpoint (async: streams hold no thread; the rest runs on a
+    fixed pool of worker threads)."""
+    try:
+        request.get_host()  # ALLOWED_HOSTS: the DNS-rebinding guard on Host
+    except DisallowedHost:
+        return error_response(ProtocolError(INVALID_REQUEST, "Bad Request: invalid Host header"), status=400)
     origin = request.headers.get("Origin")
     if origin is not None and not origin_allowed(origin):
         return error_response(ProtocolError(INVALID_REQUEST, "Forbidden: invalid Origin header"), status=403)
     if request.method in ("GET", "DELETE") and request.headers.get("Mcp-Session-Id"):
-        caller = _authenticated(request)
-        if isinstance(caller, HttpResponse):
-            return caller
-        return legacy.handle_session_request(request, caller)
+        return await sync_to_async(_serve_session_request, thread_sensitive=False, executor=worker_threads())(request)
     if request.method != "POST":
         return json_response(
             jsonrpc.error(None, ProtocolError(INVALID_REQUEST, f"Method {request.method} not allowed")),
@@ -138,6 +162,32 @@ def mcp_endpoint(request: HttpRequest) -> HttpResponse:
         limits.check_depth(data)
     except ProtocolError as exc:
         return error_response(exc, status=exc.http_status or 400)
+    return await sync_to_async(_serve_post, thread_sensitive=False, executor=worker_threads())(request, data)
+
+
+def _with_connections(serve: Any) -> Any:
+    """Django's per-request connection upkeep, for work on our own threads."""
+
+    def wrapper(*args: Any) -> HttpResponse:
+        close_old_connections()
+        try:
+            return serve(*args)
+        finally:
+            close_old_connections()
+
+    return wrapper
+
+
+@_with_connections
+def _serve_session_request(request: HttpRequest) -> HttpResponse:
+    caller = _authenticated(request)
+    if isinstance(caller, HttpResponse):
+        return caller
+    return legacy.handle_session_request(request, caller)
+
+
+@_with_connections
+def _serve_post(request: HttpRequest, data: Any) -> HttpResponse:
     if is_legacy(request, data):
         caller = _authenticated(request, data.get("id") if isinstance(data, dict) else None)
         if isinstance(caller, HttpResponse):
@@ -152,7 +202,6 @@ def mcp_endpoint(request: HttpRequest) -> HttpResponse:
         return caller
     if message.is_notification:
         return HttpResponse(status=202)
-
     try:
         reply = modern.handle(message, caller, lowercase_headers(request))
     except ProtocolError as exc:

@@ -1,6 +1,7 @@
 """ASGI entry point: ``uvicorn project.asgi:application``.
 
-HTTP goes through Channels' protocol router to Django. Long-lived MCP
+``/mcp`` is served straight from ASGI by mcptasks (no Django middleware on the
+hot path); everything else (the admin) goes through Django. Long-lived MCP
 responses (subscriptions/listen, legacy session streams, a blocked
 tasks/result) are async generators on the event loop, fed by the Channels
 layer, so an open stream holds no thread.
@@ -16,4 +17,6 @@ django_application = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter  # noqa: E402  (after Django is set up)
 
-application = ProtocolTypeRouter({"http": django_application})
+from mcptasks.asgi import mcp_router  # noqa: E402
+
+application = ProtocolTypeRouter({"http": mcp_router(django_application, path="/mcp")})

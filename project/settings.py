@@ -76,8 +76,12 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         {"timeout": 30, "transaction_mode": "IMMEDIATE", "init_command": "PRAGMA journal_mode=WAL;"}
     )
 else:
-    DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=60)
-    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+    # Persistent connections: the endpoint does its database work on a fixed
+    # pool of threads (MCPTASKS WEB_THREADS), one connection each.
+    DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=300)
+    # No health-check query per request: a connection that failed is closed
+    # at the end of that request and the next one reconnects.
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = False
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -125,6 +129,9 @@ MCPTASKS = {
     "DISPATCH_GRACE_SECONDS": env.float("MCP_DISPATCH_GRACE_SECONDS", default=60.0),
     "MAX_ATTEMPTS": env.int("MCP_MAX_ATTEMPTS", default=3),
     "CELERY_QUEUE": env("MCP_CELERY_QUEUE", default=None),
+    # Abuse limits; "0" turns the poll throttle off (benchmarks do).
+    "POLL_BURST": env.int("MCP_POLL_BURST", default=10) or None,
+    "MAX_ACTIVE_TASKS_PER_OWNER": env.int("MCP_MAX_ACTIVE_TASKS", default=1000) or None,
 }
 
 LOGGING = {

@@ -613,7 +613,7 @@ def _task_for(req: Request) -> Task:
     task_id = req.params.get("taskId")
     if not isinstance(task_id, str) or not task_id:
         raise InvalidParams('"taskId" (a string) is required')
-    task = Task.objects.filter(pk=task_id, owner=req.caller.owner).first()
+    task = Task.objects.lookup(task_id, req.caller.owner)
     if task is None:
         raise TaskNotFound()
     return task

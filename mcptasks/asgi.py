@@ -1,0 +1,84 @@
+"""Serving the MCP endpoint straight from ASGI.
+
+Django's ASGI handler runs every synchronous middleware through its own
+sync-to-async hop (a thread round trip each, per request); on a poll that is
+most of the cost. The endpoint needs none of that middleware: it identifies
+callers with DRF authentication from headers, checks ``Host`` and ``Origin``
+itself, and keeps its own threads' database connections. So ``/mcp`` can be
+routed here and everything else to Django::
+
+    application = mcp_router(get_asgi_application(), path="/mcp")
+
+Sites that want their middleware around the endpoint can keep using
+``mcptasks.urls`` instead; both serve the same view.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from django.core.exceptions import RequestAborted
+from django.core.handlers.asgi import ASGIHandler
+from django.urls import set_script_prefix
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+class MCPHandler(ASGIHandler):
+    """Django's request and response plumbing around the MCP view only."""
+
+    def load_middleware(self, is_async: bool = False) -> None:
+        """No middleware on this path (see the module docstring)."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        from .views import mcp_endpoint
+
+        if scope["type"] != "http":
+            raise ValueError(f"MCPHandler serves HTTP, not {scope['type']!r}")
+        try:
+            body = await self.read_body(receive)
+        except RequestAborted:
+            return
+        set_script_prefix(scope.get("root_path", "") or "/")
+        request, error = self.create_request(scope, body)
+        if request is None:
+            body.close()
+            await self.send_response(error, send)
+            return
+
+        async def respond() -> None:
+            response = await mcp_endpoint(request)
+            await self.send_response(response, send)
+
+        # A client that goes away cancels its request (and ends its stream).
+        work = asyncio.ensure_future(respond())
+        disconnect = asyncio.ensure_future(self.listen_for_disconnect(receive))
+        try:
+            await asyncio.wait({work, disconnect}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (disconnect, work):
+                if not task.done():
+                    task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, RequestAborted):
+                    await task
+            body.close()
+
+
+def mcp_router(django_app: ASGIApp, *, path: str = "/mcp") -> ASGIApp:
+    """An ASGI app that serves ``path`` with :class:`MCPHandler` and hands
+    every other request to ``django_app``."""
+    handler = MCPHandler()
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope.get("path") == path:
+            await handler(scope, receive, send)
+        else:
+            await django_app(scope, receive, send)
+
+    return app
