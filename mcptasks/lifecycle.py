@@ -70,10 +70,16 @@ def _snapshot(task_id: str) -> tuple[Task | None, dict[str, Any] | None]:
     return task, pending
 
 
-def _after_commit(task_id: str, from_status: str, to_status: str, actor: str, kind: str) -> None:
+def _after_commit(
+    task_id: str, from_status: str, to_status: str, actor: str, kind: str, *, task: Task | None = None
+) -> None:
     """Log and signal the change once it is committed (never before: a
-    listener must not see what a rollback undoes)."""
-    task, pending = _snapshot(task_id)
+    listener must not see what a rollback undoes). ``task``, when the caller
+    has the row as the change left it, saves the snapshot query."""
+    if task is not None:
+        pending: dict[str, Any] | None = {}
+    else:
+        task, pending = _snapshot(task_id)
 
     def send() -> None:
         logger.info(
@@ -210,7 +216,7 @@ def create_task(
             detail={"tool": tool_name, "era": era},
         )
         transaction.on_commit(lambda: signals.task_created.send(sender=Task, task=task))
-        _after_commit(task.id, "", TaskStatus.WORKING, client_actor(owner), "created")
+        _after_commit(task.id, "", TaskStatus.WORKING, client_actor(owner), "created", task=task)
         if enqueue:
             _enqueue_after_commit(task.id)
     return task
