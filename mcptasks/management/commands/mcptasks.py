@@ -1,21 +1,31 @@
 """``manage.py mcptasks <sub-command>``: run the system and look after tasks.
 
 Sub-commands: ``run``, ``sweep``, ``prune``, ``inspect <id>``, ``cancel <id>``,
-``stats``. Those that change data take ``--dry-run``.
+``expire <id>``, ``retry <id>``, ``stats``. Those that change data take
+``--dry-run``; each reports what it did (or would do) with counts. Operator
+actions are recorded as ``operator:<name>`` (``--by``, default: the OS user).
 """
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
+from datetime import timedelta
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db.models import Count
+from django.db.models import Count, Min
+from django.utils import timezone
 
 from mcptasks import lifecycle
-from mcptasks.models import ACTIVE_STATUSES, TERMINAL_STATUSES, InputRequestState, Task
+from mcptasks.conf import settings
+from mcptasks.models import ACTIVE_STATUSES, TERMINAL_STATUSES, InputRequestState, Task, TaskStatus
 from mcptasks.wire.modern import detailed_task
+
+#: Task ids are URL-safe base64 and so may start with "-", which argparse
+#: would take for an option.
+ID_HELP = 'The task id (put it after "--" when it starts with "-").'
 
 
 class Command(BaseCommand):
@@ -32,19 +42,34 @@ class Command(BaseCommand):
 
         sweep = sub.add_parser("sweep", help="Re-run or fail tasks whose worker died or whose message was lost.")
         sweep.add_argument("--dry-run", action="store_true")
+        sweep.add_argument("--limit", type=int, default=500, help="Most tasks of each kind looked at (default 500).")
 
         prune = sub.add_parser("prune", help="Delete terminal tasks past their TTL, in batches.")
         prune.add_argument("--dry-run", action="store_true")
         prune.add_argument("--batch-size", type=int, default=None)
+        prune.add_argument("--max-batches", type=int, default=None, help="Stop after this many batches.")
 
-        inspect = sub.add_parser("inspect", help="Show one task, its input requests and its events.")
-        inspect.add_argument("task_id")
+        inspect = sub.add_parser("inspect", help="Show one task, its input requests and its events (JSON).")
+        inspect.add_argument("task_id", help=ID_HELP)
 
-        cancel = sub.add_parser("cancel", help="Cancel an active task.")
-        cancel.add_argument("task_id")
+        by = os.environ.get("MCPTASKS_OPERATOR") or _os_user()
+        cancel = sub.add_parser("cancel", help="Cancel a working or input_required task.")
+        cancel.add_argument("task_id", help=ID_HELP)
         cancel.add_argument("--dry-run", action="store_true")
+        cancel.add_argument("--reason", default="Cancelled by an operator.", help="The task's status message.")
+        cancel.add_argument("--by", default=by, help="Operator name for the audit trail.")
 
-        sub.add_parser("stats", help="Count tasks by status and tool.")
+        expire = sub.add_parser("expire", help="Make a finished task purgeable now (the next prune deletes it).")
+        expire.add_argument("task_id", help=ID_HELP)
+        expire.add_argument("--dry-run", action="store_true")
+        expire.add_argument("--by", default=by, help="Operator name for the audit trail.")
+
+        retry = sub.add_parser("retry", help="Start a new task repeating a failed or cancelled one (safe tools only).")
+        retry.add_argument("task_id", help=ID_HELP)
+        retry.add_argument("--dry-run", action="store_true")
+        retry.add_argument("--by", default=by, help="Operator name for the audit trail.")
+
+        sub.add_parser("stats", help="Count tasks by status and tool, and what needs looking after.")
 
     def handle(self, *args: Any, subcommand: str, **options: Any) -> None:
         getattr(self, f"do_{subcommand}")(**options)
@@ -60,14 +85,14 @@ class Command(BaseCommand):
 
         run(host=host, port=port, concurrency=concurrency, asgi_app=asgi)
 
-    def do_sweep(self, *, dry_run: bool, **_: Any) -> None:
-        report = lifecycle.sweep(dry_run=dry_run)
+    def do_sweep(self, *, dry_run: bool, limit: int, **_: Any) -> None:
+        report = lifecycle.sweep(dry_run=dry_run, limit=limit)
         verb = "would re-enqueue" if dry_run else "re-enqueued"
         fail_verb = "would fail" if dry_run else "failed"
         self.stdout.write(f"sweep: {verb} {report.redispatched}, {fail_verb} {report.failed}")
 
-    def do_prune(self, *, dry_run: bool, batch_size: int | None, **_: Any) -> None:
-        count = lifecycle.purge_expired(batch_size=batch_size, dry_run=dry_run)
+    def do_prune(self, *, dry_run: bool, batch_size: int | None, max_batches: int | None, **_: Any) -> None:
+        count = lifecycle.purge_expired(batch_size=batch_size, dry_run=dry_run, max_batches=max_batches)
         self.stdout.write(f"prune: {'would delete' if dry_run else 'deleted'} {count} expired task(s)")
 
     def do_inspect(self, *, task_id: str, **_: Any) -> None:
@@ -86,21 +111,51 @@ class Command(BaseCommand):
                 for r in task.input_requests.all()
             ],
             "events": [
-                {"at": e.at.isoformat(), "kind": e.kind, "from": e.from_status, "to": e.to_status, "actor": e.actor}
+                {
+                    "at": e.at.isoformat(),
+                    "kind": e.kind,
+                    "from": e.from_status,
+                    "to": e.to_status,
+                    "actor": e.actor,
+                    "detail": e.detail,
+                }
                 for e in task.events.all()
             ],
         }
         self.stdout.write(json.dumps(data, indent=2, default=str))
 
-    def do_cancel(self, *, task_id: str, dry_run: bool, **_: Any) -> None:
+    def do_cancel(self, *, task_id: str, dry_run: bool, reason: str, by: str, **_: Any) -> None:
         task = self._task(task_id)
         if task.status not in ACTIVE_STATUSES:
             raise CommandError(f"Task {task_id} is already {task.status}")
         if dry_run:
             self.stdout.write(f"cancel: would cancel 1 task ({task.status})")
             return
-        moved = lifecycle.cancel(task_id, actor=lifecycle.operator_actor("cli"), reason="Cancelled by an operator.")
+        moved = lifecycle.cancel(task_id, actor=lifecycle.operator_actor(by), reason=reason)
         self.stdout.write(f"cancel: cancelled {int(moved)} task(s)")
+
+    def do_expire(self, *, task_id: str, dry_run: bool, by: str, **_: Any) -> None:
+        task = self._task(task_id)
+        if task.status not in TERMINAL_STATUSES:
+            raise CommandError(f"Task {task_id} is {task.status}: cancel it first")
+        if dry_run:
+            self.stdout.write(f"expire: would expire 1 task ({task.status})")
+            return
+        moved = lifecycle.expire_now(task_id, actor=lifecycle.operator_actor(by))
+        self.stdout.write(f"expire: expired {int(moved)} task(s); the next prune deletes them")
+
+    def do_retry(self, *, task_id: str, dry_run: bool, by: str, **_: Any) -> None:
+        task = self._task(task_id)
+        why = lifecycle.retry_refusal(task)
+        if why is not None:
+            raise CommandError(f"Task {task_id} cannot be retried: {why}")
+        if dry_run:
+            self.stdout.write(f"retry: would start 1 new task ({task.tool_name})")
+            return
+        new = lifecycle.retry(task_id, actor=lifecycle.operator_actor(by))
+        if new is None:
+            raise CommandError(f"Task {task_id} cannot be retried: it was retried already")
+        self.stdout.write(f"retry: started 1 new task {new.id}")
 
     def do_stats(self, **_: Any) -> None:
         by_status = dict(Task.objects.values_list("status").annotate(n=Count("id")).values_list("status", "n"))
@@ -110,6 +165,24 @@ class Command(BaseCommand):
         for status in (*ACTIVE_STATUSES, *TERMINAL_STATUSES):
             self.stdout.write(f"  {status:15} {by_status.get(status, 0)}")
         self.stdout.write(f"tasks waiting on input requests: {pending}")
+        now = timezone.now()
+        working = Task.objects.filter(status=TaskStatus.WORKING)
+        lapsed = working.filter(lease_expires_at__lt=now).count()
+        grace = now - timedelta(seconds=settings.DISPATCH_GRACE_SECONDS)
+        unclaimed = working.filter(lease_expires_at__isnull=True, dispatched_at__lt=grace).count()
+        purgeable = Task.objects.filter(status__in=TERMINAL_STATUSES, expires_at__lt=now).count()
+        oldest = Task.objects.filter(status__in=ACTIVE_STATUSES).aggregate(oldest=Min("created_at"))["oldest"]
+        self.stdout.write(f"running with a lapsed lease (the next sweep re-runs them): {lapsed}")
+        self.stdout.write(f"unclaimed past the dispatch grace (the next sweep re-enqueues them): {unclaimed}")
+        self.stdout.write(f"finished and expired (the next prune deletes them): {purgeable}")
+        self.stdout.write(f"oldest active task created: {oldest.isoformat() if oldest else '-'}")
         self.stdout.write("busiest tools:")
         for row in by_tool:
             self.stdout.write(f"  {row['tool_name']:30} {row['n']}")
+
+
+def _os_user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry (some containers)
+        return "cli"
