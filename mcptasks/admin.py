@@ -20,11 +20,13 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.contrib.admin.utils import quote, unquote
 from django.core.paginator import Paginator
 from django.db import connections
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -118,6 +120,19 @@ def pretty_json(value: Any) -> str:
     return format_html('<pre class="mcptasks-json">{}{}</pre>', text, note)
 
 
+def change_url(task_id: str) -> str:
+    """A task's admin page. Ids may hold "_", which the admin escapes in URLs."""
+    return reverse("admin:mcptasks_task_change", args=[quote(task_id)])
+
+
+def short_time(value: Any) -> str:
+    """``2026-11-22 14:05:09`` in the current time zone, with the full value on hover."""
+    if value is None:
+        return "-"
+    local = timezone.localtime(value)
+    return format_html('<span title="{}">{}</span>', local.isoformat(), local.strftime("%Y-%m-%d %H:%M:%S"))
+
+
 def status_badge(status: str) -> str:
     return format_html('<span class="mcptasks-badge mcptasks-{}">{}</span>', status, status.replace("_", " "))
 
@@ -179,7 +194,7 @@ class TaskEventInline(_ReadOnlyInline):
         linked = obj.detail.get("new_task_id") or (obj.detail.get("task_id") if obj.kind == "retry_of" else None)
         link = ""
         if linked:
-            url = reverse("admin:mcptasks_task_change", args=[linked])
+            url = change_url(linked)
             link = format_html(
                 '<a href="{}">{} {}</a>', url, "retried as" if obj.kind == "retried" else "retry of", linked
             )
@@ -200,12 +215,12 @@ def _plural(n: int, word: str = "task") -> str:
 
 @admin.register(Task)
 class TaskAdmin(admin.ModelAdmin):
-    list_display = ("short_id", "tool_name", "status_badge", "owner", "era", "created_at", "updated_at", "expires_at")
+    list_display = ("short_id", "tool_name", "status_badge", "owner", "era_version", "created", "updated", "expires")
     list_filter = ("status", ToolFilter, "era", ("created_at", admin.DateFieldListFilter))
     search_fields = ("id", "tool_name", "owner")
     search_help_text = "An exact task id, tool name or owner."
     ordering = ("-created_at",)
-    sortable_by = ("created_at",)
+    sortable_by = ("created",)
     list_per_page = 50
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER
@@ -283,6 +298,22 @@ class TaskAdmin(admin.ModelAdmin):
     def status_badge(self, obj: Task) -> str:
         return status_badge(obj.status)
 
+    @admin.display(description="era")
+    def era_version(self, obj: Task) -> str:
+        return obj.era
+
+    @admin.display(description="created", ordering="created_at")
+    def created(self, obj: Task) -> str:
+        return short_time(obj.created_at)
+
+    @admin.display(description="updated")
+    def updated(self, obj: Task) -> str:
+        return short_time(obj.updated_at)
+
+    @admin.display(description="expires")
+    def expires(self, obj: Task) -> str:
+        return short_time(obj.expires_at)
+
     @admin.display(description="arguments")
     def arguments_json(self, obj: Task) -> str:
         return pretty_json(obj.arguments)
@@ -305,13 +336,15 @@ class TaskAdmin(admin.ModelAdmin):
         self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
         extra = dict(extra_context or {})
-        task = Task.objects.filter(pk=object_id).only("status").first()
+        task = Task.objects.filter(pk=unquote(object_id)).only("status", "tool_name").first()
         if task is not None:
             allowed = self.get_actions(request)
             extra["mcptasks_actions"] = [
                 {"name": name, "label": label}
                 for name, _perm, label, statuses in OBJECT_ACTIONS
-                if name in allowed and task.status in statuses
+                if name in allowed
+                and task.status in statuses
+                and (name != "retry_tasks" or lifecycle.retry_refusal(task) is None)
             ]
             extra["mcptasks_action_checkbox"] = ACTION_CHECKBOX_NAME
         return super().change_view(request, object_id, form_url, extra_context=extra)
@@ -385,7 +418,7 @@ class TaskAdmin(admin.ModelAdmin):
             links = format_html_join(
                 ", ",
                 '<a href="{}">{}</a>',
-                ((reverse("admin:mcptasks_task_change", args=[t.id]), t.id[:8]) for t in created[:20]),
+                ((change_url(t.id), t.id[:8]) for t in created[:20]),
             )
             self.message_user(
                 request, format_html("Retried {} as new tasks: {}", _plural(len(created)), links), messages.SUCCESS

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.contrib.admin.utils import quote
 from django.contrib.auth.models import Permission
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -35,7 +36,7 @@ CHANGELIST = reverse("admin:mcptasks_task_changelist")
 
 
 def change_url(task: Task | str) -> str:
-    return reverse("admin:mcptasks_task_change", args=[getattr(task, "id", task)])
+    return reverse("admin:mcptasks_task_change", args=[quote(getattr(task, "id", task))])
 
 
 def run_action(client: Any, action: str, *tasks: Task, follow: bool = True, **extra: str) -> Any:
@@ -90,8 +91,20 @@ def test_change_list_shows_every_column_with_a_status_badge(admin_client):
     response = admin_client.get(CHANGELIST)
     assert response.status_code == 200
     html = response.content.decode()
-    for header in ("id", "tool name", "status", "owner", "era", "created at", "updated at", "expires at"):
-        assert f">{header.capitalize()}<" in html or f">{header}<" in html.lower(), header
+    start = html.index('<table id="result_list">')
+    thead = html[start : html.index("</thead>", start)]
+    headers = re.findall(r'<div class="text">(?:<a [^>]*>|<span>)([^<]+)<', thead)
+    assert [h.strip().lower() for h in headers] == [
+        "id",
+        "tool name",
+        "status",
+        "owner",
+        "era",
+        "created",
+        "updated",
+        "expires",
+    ]
+    assert re.search(r'<td class="field-created"><span title="[^"]+">20\d\d-\d\d-\d\d \d\d:\d\d:\d\d</span>', html)
     for task in (running, waiting, done):
         assert f'title="{task.id}">{task.id[:8]}</code>' in html
     assert 'class="mcptasks-badge mcptasks-working">working<' in html
@@ -268,6 +281,19 @@ def test_detail_page_is_read_only_with_pretty_json_inputs_and_timeline(admin_cli
     assert actors[0] == actors[3] == "client:alice" and actors[1].startswith("worker:")
 
 
+def test_an_id_the_admin_must_escape_opens_its_own_page(admin_client):
+    """Ids are URL-safe base64: "_" followed by two hex digits is the admin's
+    escape sequence, so links must be built with ``quote``."""
+    task = completed_task()
+    tricky = "ab_5Fcd_2F" + task.id[10:]
+    TaskEvent.objects.filter(task_id=task.id).update(task_id=tricky)
+    Task.objects.filter(pk=task.id).update(id=tricky)
+    response = admin_client.get(change_url(tricky))
+    assert response.status_code == 200
+    assert response.context["original"].id == tricky
+    assert 'name="mcptasks_expire_tasks"' in response.content.decode()
+
+
 def test_detail_page_shows_result_and_error(admin_client):
     done = completed_task()
     failed = failed_task()
@@ -283,6 +309,7 @@ def test_detail_page_offers_the_actions_legal_for_the_task(admin_client, idempot
     assert buttons(waiting_task()) == {"cancel_tasks"}
     assert buttons(completed_task()) == {"expire_tasks"}
     assert buttons(failed_task(tool="admin_test_idempotent")) == {"expire_tasks", "retry_tasks"}
+    assert buttons(failed_task(tool="slow_compute")) == {"expire_tasks"}  # not safe to retry
 
 
 def test_nothing_can_be_added_changed_or_deleted(admin_client):
@@ -319,6 +346,7 @@ def test_cancel_action_cancels_active_tasks_and_skips_the_rest(admin_client, adm
     assert reload(done).status == TaskStatus.COMPLETED
 
 
+@pytest.mark.django_db(transaction=True)  # /mcp does its database work on its own threads
 def test_cancelled_task_is_cancelled_for_its_client_too(admin_client, rpc):
     reply = rpc.call_tool("slow_compute", {"seconds": 30}, extra={"task": {}})
     task_id = reply.result["taskId"]
