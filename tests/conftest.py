@@ -8,6 +8,9 @@ defaults ``DATABASE_URL`` to the local server; pytest-django creates
 
 from __future__ import annotations
 
+import contextlib
+import os
+import re
 import signal
 import threading
 from collections.abc import Iterator
@@ -24,9 +27,81 @@ def pytest_configure(config: pytest.Config) -> None:
     engine = settings.DATABASES["default"]["ENGINE"]
     if "postgresql" not in engine:
         raise pytest.UsageError(f"the suite needs Postgres, but the database engine is {engine}")
+    if not hasattr(config, "workerinput"):  # once per run, not per xdist worker
+        drop_stale_databases()
+
+
+def drop_stale_databases() -> None:
+    """Drop the per-run databases (``test_<name>_<pid>``, ``mcptasks_live_<pid>_*``)
+    that runs killed before their teardown left behind: those whose process
+    is gone and that nobody is connected to."""
+    from django.conf import settings
+
+    from tests.support import live
+
+    url = os.environ["DATABASE_URL"]
+    base = re.escape(settings.DATABASES["default"]["NAME"])
+    pattern = re.compile(rf"^(?:test_{base}_(\d+)|mcptasks_live_(\d+)_[0-9a-f]{{6}})$")
+    try:
+        with live.admin_connect(url) as conn:
+            names = [row[0] for row in conn.execute("SELECT datname FROM pg_database")]
+            for name in names:
+                found = pattern.match(name)
+                if not found:
+                    continue
+                pid = int(found.group(1) or found.group(2))
+                if pid == os.getpid() or pid_alive(pid):
+                    continue
+                with contextlib.suppress(Exception):  # in use after all: leave it
+                    conn.execute(f'DROP DATABASE "{name}"')
+    except Exception as exc:  # the suite reports an unreachable database itself
+        print(f"could not look for stale test databases: {exc}")
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 # In-process fixtures -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup: Any) -> Iterator[None]:
+    """pytest-django's test database, plus: before it is dropped, close the
+    connections the endpoint's own worker threads opened to it (otherwise
+    the drop fails with "being accessed by other users")."""
+    yield
+    close_endpoint_threads()
+
+
+def close_endpoint_threads() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from django.db import connections
+
+    from mcptasks import views
+
+    executor = getattr(views, "_executor", None)
+    if not isinstance(executor, ThreadPoolExecutor):
+        return
+    size = executor._max_workers
+    barrier = threading.Barrier(size, timeout=10)
+
+    def close() -> None:
+        # Every thread takes one job (the barrier holds each until all have
+        # one), so every thread closes its own connections.
+        with contextlib.suppress(threading.BrokenBarrierError):
+            barrier.wait()
+        connections.close_all()
+
+    for future in [executor.submit(close) for _ in range(size)]:
+        future.result(timeout=30)
 
 
 @pytest.fixture

@@ -1,10 +1,11 @@
 """Settings for the test process: the example site's, on Postgres.
 
 ``DATABASE_URL`` defaults to the local Postgres; set it in the environment to
-use another server (pytest-django creates and drops ``test_<name>`` on it).
-Code under test that enqueues a run publishes it to Celery's in-process
-``memory://`` transport; the live stack (tests/support/live.py) runs its own
-processes with a Redis broker.
+use another server. pytest-django creates ``test_<name>_<pid>`` on it (one per
+run, so two runs on one machine never share or drop each other's database)
+and drops it at the end. Code under test that enqueues a run publishes it to
+Celery's in-process ``memory://`` transport; the live stack
+(tests/support/live.py) runs its own processes with a Redis broker.
 """
 
 import os
@@ -12,7 +13,9 @@ import os
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/mcptasks")
 
 from project.settings import *  # noqa: F403
-from project.settings import MCPTASKS
+from project.settings import DATABASES, MCPTASKS
+
+DATABASES["default"].setdefault("TEST", {})["NAME"] = f"test_{DATABASES['default']['NAME']}_{os.getpid()}"
 
 CELERY_BROKER_URL = "memory://"
 CELERY_BROKER_TRANSPORT_OPTIONS = {"polling_interval": 0.02}

@@ -2,6 +2,9 @@
 
 Every reply is validated against the pinned schemas by the client
 (tests/support/rpc.py), so each test here also checks the message shapes.
+
+The endpoint does its database work on its own pool of threads (their own
+connections), so these tests commit their rows (``transaction=True``).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from tests.support.factories import WORKER, accept, completed_task, failed_task,
 from tests.support.rpc import FULL_CAPS, NO_CAPS, PROTOCOL_VERSION, TASKS_CAPS, TASKS_EXT, build_meta
 from tests.support.schemas import assert_create_task_result, assert_detailed_task, assert_valid_message
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 ISO = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$")
 ACK_KEYS = {"resultType", "_meta"}
@@ -476,14 +479,13 @@ def test_tasks_get_twice_repeats_the_pending_requests(rpc):
     assert set(first) == {"a", "b"}
 
 
-def test_tasks_update_partial_then_complete(rpc, django_capture_on_commit_callbacks, published):
+def test_tasks_update_partial_then_complete(rpc, published):
     waiting = waiting_task(owner=ANON, keys=["a", "b"])
     assert_ack(rpc.tasks_update(waiting.id, {"a": accept(v=1)}))
     result = rpc.tasks_get(waiting.id).result
     assert result["status"] == "input_required"
     assert set(result["inputRequests"]) == {"b"}
-    with django_capture_on_commit_callbacks(execute=True):
-        assert_ack(rpc.tasks_update(waiting.id, {"b": accept(v=2), "unknown-key": {"ignored": True}}))
+    assert_ack(rpc.tasks_update(waiting.id, {"b": accept(v=2), "unknown-key": {"ignored": True}}))
     assert rpc.tasks_get(waiting.id).result["status"] == "working"
     assert [m["args"] for m in published if m["task"] == "mcptasks.run_task"] == [[waiting.id]]
 
