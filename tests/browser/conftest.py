@@ -1,0 +1,133 @@
+"""A live stack (Postgres, uvicorn, a Celery worker on Redis) with the admin
+served next to /mcp, and a headless Debian Chromium driven by Playwright.
+
+Chromium is the system package (``apt-get install chromium``), launched via
+``executable_path``: no browser is ever downloaded. Without it the tests
+skip, saying so.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support import live
+
+CHROMIUM = Path(os.environ.get("MCPTASKS_CHROMIUM", "/usr/bin/chromium"))
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+ADMIN_USER = "admin"
+ADMIN_PASSWORD = "admin-browser-test"
+
+
+def artifacts_dir() -> Path:
+    """Where screenshots go: ``$MCPTASKS_ARTIFACTS`` or ``artifacts/`` (gitignored)."""
+    path = Path(os.environ.get("MCPTASKS_ARTIFACTS", live.REPO / "artifacts"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@dataclass
+class AdminSite:
+    stack: live.LiveStack
+    base_url: str
+
+    @property
+    def mcp_url(self) -> str:
+        return self.stack.url
+
+
+def wait_admin(url: str, proc: Any, log: Path, timeout: float = 60) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"admin server exited with {proc.returncode}:\n{live.tail(log)}")
+        try:
+            response = httpx.get(url, timeout=2)
+            if response.status_code == 200:
+                return
+            last = response.status_code
+        except httpx.HTTPError as exc:
+            last = exc
+        time.sleep(0.1)
+    raise RuntimeError(f"admin at {url} not ready after {timeout}s (last: {last}):\n{live.tail(log)}")
+
+
+@pytest.fixture(scope="module")
+def admin_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AdminSite]:
+    if not CHROMIUM.exists():
+        pytest.skip(
+            f"{CHROMIUM} not found: install Debian's chromium (apt-get install -y chromium) to run the browser test"
+        )
+    pytest.importorskip("playwright.sync_api", reason="pip install playwright (no `playwright install` needed)")
+    log_dir = tmp_path_factory.mktemp("admin-stack")
+    stack = live.start_stack(log_dir, settings={"MCP_LEASE_SECONDS": "5", "MCP_HEARTBEAT_SECONDS": "1"})
+    try:
+        port = live.free_port()
+        web = stack.start(
+            "admin-web",
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "tests.browser.asgi:application",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--log-level",
+                "warning",
+                "--lifespan",
+                "off",
+            ],
+        )
+        base_url = f"http://127.0.0.1:{port}"
+        wait_admin(f"{base_url}/admin/login/", web, log_dir / "admin-web.log")
+        stack.shell(
+            "import json\n"
+            "from django.contrib.auth import get_user_model\n"
+            f"get_user_model().objects.create_superuser({ADMIN_USER!r}, 'admin@example.com', {ADMIN_PASSWORD!r})\n"
+            "print(json.dumps(True))\n"
+        )
+        yield AdminSite(stack=stack, base_url=base_url)
+    finally:
+        live.teardown_stack(stack)
+
+
+@pytest.fixture(scope="module")
+def browser(admin_site: AdminSite) -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1440, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(20_000)
+    try:
+        yield page
+    finally:
+        context.close()
