@@ -134,6 +134,13 @@ MCPTASKS = {
     "MAX_ACTIVE_TASKS_PER_OWNER": env.int("MCP_MAX_ACTIVE_TASKS", default=1000) or None,
 }
 
+# The embedded default is a single-process development setup by design: its
+# in-process broker, in-memory layer and SQLite would be warned about in
+# production, so the example site does not warn about them when they are the
+# default. Naming real services brings the checks back.
+if "DATABASE_URL" not in env.ENVIRON and "CELERY_BROKER_URL" not in env.ENVIRON and not REDIS_URL:
+    SILENCED_SYSTEM_CHECKS = ["mcptasks.W001", "mcptasks.W003", "mcptasks.W004", "mcptasks.W005"]
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
