@@ -309,3 +309,34 @@ def test_status_messages_reach_the_task(temp_tool):
     wait_until(lambda: get(task).status_message == "halfway there")
     go_on.set()
     assert run.join(timeout=5) == "completed"
+
+
+def test_a_malformed_answer_does_not_fail_the_task(client):
+    """An answer that is not an ElicitResult (``12345``) for an outstanding
+    elicitation is invalid params for tasks/update (InputResponse schema).
+    It must not be taken as the answer: the task keeps waiting for a real
+    one and is not failed because of the client's bad request."""
+    from tests.support.rpc import DjangoRpc
+
+    rpc = DjangoRpc(client)
+    task_id = rpc.create_task("confirm_delete", {"filename": "typo.txt"})
+    assert run_task(task_id) == "input_required"
+    reply = rpc.tasks_update(task_id, {"confirm": 12345})
+    assert reply.ok or reply.error["code"] == -32602, reply
+    run_task(task_id)  # whatever a worker would do next
+    after = rpc.tasks_get(task_id).result
+    assert after["status"] == "input_required", f"a malformed answer ended the task: {after}"
+    assert set(after["inputRequests"]) == {"confirm"}
+    assert rpc.tasks_update(task_id, {"confirm": accept(confirm=True)}).ok
+    assert run_task(task_id) == "completed"
+    assert rpc.tasks_get(task_id).result["status"] == "completed"
+
+
+def test_a_declined_elicitation_is_an_answer():
+    task = new_task("confirm_delete", {"filename": "keep.txt"})
+    assert run_task(task.id) == "input_required"
+    assert lifecycle.submit_input(task.id, {"confirm": {"action": "decline"}}, actor="client:alice") == ["confirm"]
+    assert run_task(task.id) == "completed"
+    task = get(task)
+    assert task.result["isError"] is False
+    assert "keep.txt" in text_of(task)

@@ -6,6 +6,7 @@ The client validates every message against the pinned schemas.
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -180,6 +181,26 @@ def test_many_tasks_at_once(live):
     assert [f["status"] for f in finals] == ["completed"] * 12
     for i, final in enumerate(finals):
         assert f"n{i}" in text(final["result"])
+
+
+def test_concurrent_clients(live_stack):
+    """Many clients at once, each creating a task and polling it to the end."""
+
+    def one(i: int) -> tuple[str, dict]:
+        client = HttpRpc(live_stack.url)
+        try:
+            task_id = client.create_task("slow_compute", {"seconds": 0.1, "label": f"c{i}"})
+            return task_id, client.wait_for(task_id, timeout=60, interval=0.1)
+        finally:
+            client.close()
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        results = list(pool.map(one, range(32)))
+    assert len({task_id for task_id, _ in results}) == 32
+    for i, (task_id, final) in enumerate(results):
+        assert final["taskId"] == task_id
+        assert final["status"] == "completed", final
+        assert f"c{i}" in text(final["result"])
 
 
 def test_progress_notifications_stream_before_the_result(live):

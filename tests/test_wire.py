@@ -251,6 +251,12 @@ def test_notification_is_accepted_with_202(rpc):
     assert reply.raw == b""
 
 
+def test_foreign_host_is_refused(rpc):
+    reply = rpc.request("server/discover", headers={"Host": "evil.example.com"})
+    assert 400 <= reply.status < 500
+    assert "result" not in (reply.body or {})
+
+
 def test_foreign_origin_is_forbidden(rpc):
     reply = rpc.request("server/discover", headers={"Origin": "http://evil.example.com"})
     assert reply.status == 403
