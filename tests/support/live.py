@@ -203,6 +203,10 @@ class LiveStack:
         return proc
 
     def stop(self) -> None:
+        for proc in self.procs.values():  # all at once: shutdowns overlap
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGTERM)
         for proc in self.procs.values():
             kill_group(proc)
 
@@ -280,6 +284,8 @@ def start_stack(
                 "warning",
                 "--lifespan",
                 "off",
+                "--timeout-graceful-shutdown",
+                "2",
             ],
         )
         stack.start(
