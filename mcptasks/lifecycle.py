@@ -25,6 +25,7 @@ from django.utils import timezone
 
 from . import signals
 from .conf import settings
+from .context import validate_input_response
 from .models import (
     ACTIVE_STATUSES,
     TERMINAL_STATUSES,
@@ -301,16 +302,28 @@ def complete(task_id: str, result: dict[str, Any], *, worker: str, failed: bool 
         )
 
 
-def fail(task_id: str, error: dict[str, Any], *, actor: str, worker: str | None = None, message: str = "") -> bool:
+def fail(
+    task_id: str,
+    error: dict[str, Any],
+    *,
+    actor: str,
+    worker: str | None = None,
+    message: str = "",
+    only_if: Q | None = None,
+) -> bool:
     """End the task ``failed`` with a JSON-RPC error. With ``worker``, only
-    while that run holds the lease."""
+    while that run holds the lease; with ``only_if``, only while the row
+    still matches it."""
+    guard = Q(lease_owner=worker) if worker else None
+    if only_if is not None:
+        guard = only_if if guard is None else guard & only_if
     with transaction.atomic():
         return _transition(
             task_id,
             allowed_from=ACTIVE_STATUSES,
             to=TaskStatus.FAILED,
             actor=actor,
-            extra_filter=Q(lease_owner=worker) if worker else None,
+            extra_filter=guard,
             fields={"error": error, "status_message": message or str(error.get("message", "")), **_CLEAR_LEASE},
         )
 
@@ -382,7 +395,12 @@ def submit_input(task_id: str, responses: Mapping[str, Any], *, actor: str) -> l
             return []
         accepted: list[str] = []
         pending = InputRequest.objects.filter(task_id=task_id, state=InputRequestState.PENDING)
-        for req in pending.filter(key__in=list(responses)):
+        matched = list(pending.filter(key__in=list(responses)))
+        for req in matched:
+            # All or nothing: one malformed answer refuses the whole update
+            # (-32602) before any is recorded.
+            validate_input_response(req.method, req.key, responses[req.key])
+        for req in matched:
             answer = responses[req.key]
             if InputRequest.objects.filter(pk=req.pk, state=InputRequestState.PENDING).update(
                 state=InputRequestState.ANSWERED, response=answer, answered_at=now
@@ -505,6 +523,8 @@ def sweep(*, dry_run: bool = False, limit: int = 500) -> SweepReport:
                     task_id,
                     {"code": -32603, "message": f"Task abandoned: its worker was lost {attempts} times."},
                     actor=SYSTEM,
+                    # Only while still stuck: a run that renewed its lease meanwhile is alive.
+                    only_if=Q(lease_expires_at__lt=now) | Q(lease_expires_at__isnull=True),
                 )
             continue
         report.redispatched += 1
