@@ -269,3 +269,54 @@ def test_one_key_answered_from_many_threads_is_applied_once():
         assert row.response == accept(by=accepted[task_id][0])
         assert TaskEvent.objects.filter(task_id=task_id, kind="input").count() == 1
         assert check_history(task_id)[-1] == ("input_required", "working")
+
+
+def test_sweeper_does_not_fail_a_run_whose_lease_was_renewed_meanwhile(settings):
+    """The sweeper decides from a snapshot (lease lapsed, attempts used up),
+    then fails the task. If the run's heartbeat lands in between, the run is
+    alive: like the re-enqueue path, the fail must re-check the lease under
+    the row lock and leave the task alone."""
+    settings.MCPTASKS = {**settings.MCPTASKS, "MAX_ATTEMPTS": 1}
+    task = running_task()
+    Task.objects.filter(pk=task.id).update(lease_expires_at=timezone.now() - timedelta(seconds=5))
+    locked = threading.Event()
+    renew = threading.Event()
+
+    def heartbeat_late() -> None:
+        # Holds the row lock while the sweeper looks, then renews the lease
+        # (what lifecycle.heartbeat does) and commits.
+        from django.db import transaction
+
+        with transaction.atomic():
+            list(Task.objects.select_for_update().filter(pk=task.id))
+            locked.set()
+            assert renew.wait(10)
+            Task.objects.filter(pk=task.id, lease_owner=WORKER).update(
+                lease_expires_at=timezone.now() + timedelta(seconds=30)
+            )
+
+    def sweeper() -> None:
+        assert locked.wait(10)
+        lifecycle.sweep()
+
+    def release_when_sweeper_waits() -> None:
+        assert locked.wait(10)
+        deadline = time.monotonic() + 10
+        while not waiting_on_a_lock():
+            assert time.monotonic() < deadline, "the sweeper never reached the row lock"
+            time.sleep(0.02)
+        renew.set()
+
+    run_threads({"heartbeat": heartbeat_late, "sweeper": sweeper, "release": release_when_sweeper_waits})
+    task = Task.objects.get(pk=task.id)
+    assert task.status == TaskStatus.WORKING, f"a run with a live lease was failed: {task.error}"
+    assert task.lease_owner == WORKER
+    assert task.lease_expires_at > timezone.now(), "the lease was renewed"
+
+
+def waiting_on_a_lock() -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        )
+        return cursor.fetchone()[0] > 0

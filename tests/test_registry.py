@@ -175,3 +175,56 @@ def test_demo_tools_are_registered_with_their_task_modes():
     for t in registry.all():
         assert t.description, f"tool {t.name} has no description"
         assert_valid("2026-07-28.schema.json", "Tool", t.describe())
+
+
+def _register(reg, schema):
+    @tool(registry=reg, description="Mirrors a parameter.", input_schema=schema)
+    def mirrored(region: str = "", count: int = 0, ratio: float = 0.0, tags: list[str] | None = None) -> str:
+        return region
+
+    return reg.get("mirrored")
+
+
+def test_x_mcp_header_is_recorded(reg):
+    t = _register(
+        reg,
+        {
+            "type": "object",
+            "properties": {
+                "region": {"type": "string", "x-mcp-header": "Region"},
+                "count": {"type": "integer", "x-mcp-header": "Count"},
+            },
+        },
+    )
+    assert dict(t.header_params) == {"Region": ("region",), "Count": ("count",)}
+    assert t.describe()["inputSchema"]["properties"]["region"]["x-mcp-header"] == "Region"
+
+
+@pytest.mark.parametrize(
+    "properties",
+    [
+        {"region": {"type": "string", "x-mcp-header": "Bad Name"}},
+        {"region": {"type": "string", "x-mcp-header": ""}},
+        {"region": {"type": "string", "x-mcp-header": "Line\nBreak"}},
+        {"ratio": {"type": "number", "x-mcp-header": "Ratio"}},
+        {"tags": {"type": "array", "items": {"type": "string", "x-mcp-header": "Tag"}}},
+        {"region": {"anyOf": [{"type": "string", "x-mcp-header": "Region"}]}},
+    ],
+    ids=["space", "empty", "newline", "number", "under-items", "under-anyOf"],
+)
+def test_invalid_x_mcp_header_is_refused_at_registration(reg, properties):
+    with pytest.raises((ValueError, TypeError)):
+        _register(reg, {"type": "object", "properties": properties})
+    assert reg.get("mirrored") is None
+
+
+def test_duplicate_x_mcp_header_names_are_refused(reg):
+    schema = {
+        "type": "object",
+        "properties": {
+            "region": {"type": "string", "x-mcp-header": "Region"},
+            "count": {"type": "integer", "x-mcp-header": "region"},
+        },
+    }
+    with pytest.raises(ValueError):
+        _register(reg, schema)

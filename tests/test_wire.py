@@ -346,6 +346,27 @@ def test_task_tool_arguments_are_validated_before_a_task_exists(rpc):
     assert not Task.objects.exists()
 
 
+def b64(value: str) -> str:
+    return "=?base64?" + base64.b64encode(value.encode()).decode() + "?="
+
+
+@pytest.mark.parametrize(
+    ("region", "header"),
+    [("us-west1", "us-west1"), ("Zürich", b64("Zürich")), (" padded ", b64(" padded "))],
+    ids=["plain", "non-ascii", "padded"],
+)
+def test_x_mcp_header_parameter_mirrored(rpc, region, header):
+    reply = rpc.call_tool("regional_query", {"region": region, "query": "q"}, headers={"Mcp-Param-Region": header})
+    assert reply.status == 200, reply
+    assert region in reply.result["content"][0]["text"]
+
+
+@pytest.mark.parametrize("header", [None, "eu-north1", b64("eu-north1"), "=?base64?not base64?="])
+def test_x_mcp_header_parameter_missing_or_wrong_is_32020(rpc, header):
+    reply = rpc.call_tool("regional_query", {"region": "us-west1", "query": "q"}, headers={"Mcp-Param-Region": header})
+    assert_error(reply, -32020, 400)
+
+
 # MRTR before a task --------------------------------------------------------------------------------------
 
 
