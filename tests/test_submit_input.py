@@ -114,3 +114,27 @@ def test_the_next_run_sees_the_answers():
     assert claimed is not None
     answers = dict(claimed.input_requests.filter(state=InputRequestState.ANSWERED).values_list("key", "response"))
     assert answers == {"first": accept(n=1), "second": accept(n=2)}
+
+
+@pytest.mark.parametrize("bad", [12345, "yes", {"content": {"confirm": True}}, {"action": "maybe"}])
+def test_a_malformed_answer_refuses_the_whole_update(bad):
+    """An answer that is not an ElicitResult for a pending elicitation is
+    invalid params; nothing of that update is recorded (all or nothing)."""
+    from mcptasks.errors import InvalidParams
+
+    task = waiting_task(keys=["first", "second"])
+    with pytest.raises(InvalidParams):
+        lifecycle.submit_input(task.id, {"first": accept(ok=True), "second": bad}, actor=ACTOR)
+    assert states(task) == {"first": InputRequestState.PENDING, "second": InputRequestState.PENDING}
+    assert not TaskEvent.objects.filter(task=task, kind="input").exists()
+    assert Task.objects.get(pk=task.id).status == TaskStatus.INPUT_REQUIRED
+    assert sorted(lifecycle.submit_input(task.id, {"first": accept(), "second": accept()}, actor=ACTOR)) == [
+        "first",
+        "second",
+    ]
+
+
+def test_unknown_keys_are_not_validated():
+    task = waiting_task(keys=["first"])
+    assert lifecycle.submit_input(task.id, {"unknown-key": {"ignored": True}, "x": 5}, actor=ACTOR) == []
+    assert Task.objects.get(pk=task.id).status == TaskStatus.INPUT_REQUIRED
