@@ -17,5 +17,7 @@ class MCPTasksConfig(AppConfig):
         autodiscover_modules(settings.TOOLS_MODULE)
         if settings.NOTIFICATIONS and getattr(django_settings, "CHANNEL_LAYERS", None):
             from . import publishing
+            from .wire import legacy_sessions
 
             publishing.connect()
+            legacy_sessions.connect()  # notifications/tasks/status to 2025-era sessions
