@@ -2,6 +2,7 @@
 conformance suite calls (``test_*``, ``greet``, ``slow_compute``, ...).
 """
 
+import json
 import time
 
 from mcptasks import ToolContext, ToolError, ToolResult, audio, elicitation, image, roots, sampling, text, tool
@@ -408,3 +409,103 @@ def test_trigger_prompt_change() -> str:
         return "Removed dynamic_prompt."
     prompt(lambda: "I come and go.", name="dynamic_prompt", description="A prompt that comes and goes.")
     return "Added dynamic_prompt."
+
+
+# 2025-11-25 fixtures (the session wire: tools/call asks the client over SSE) -----------------
+
+
+@tool(description="Logs three messages at level info (sent once the client set a log level), then finishes.")
+def test_tool_with_logging(ctx: ToolContext) -> str:
+    ctx.log("info", "Tool execution started")
+    ctx.sleep(0.05)
+    ctx.log("info", "Tool processing data")
+    ctx.sleep(0.05)
+    ctx.log("info", "Tool execution completed")
+    return "Tool with logging executed successfully"
+
+
+@tool(description="Asks the client's model to answer a prompt (sampling).")
+def test_sampling(ctx: ToolContext, prompt: str) -> str:
+    answer = ctx.sample(prompt, max_tokens=100, key="prompt")
+    return f"LLM response: {_sampled_text(answer)}"
+
+
+@tool(description="Asks the user for a username and an email address (elicitation).")
+def test_elicitation(ctx: ToolContext, message: str) -> str:
+    schema = {
+        "type": "object",
+        "properties": {
+            "username": {"type": "string", "description": "User's response"},
+            "email": {"type": "string", "description": "User's email address"},
+        },
+        "required": ["username", "email"],
+    }
+    answer = ctx.elicit(message, schema, key="user_info")
+    return f"User response: action={answer.get('action')}, content={json.dumps(answer.get('content') or {})}"
+
+
+@tool(description="Asks the user to review a form whose fields have default values (SEP-1034).")
+def test_elicitation_sep1034_defaults(ctx: ToolContext) -> str:
+    schema = {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "description": "User name", "default": "John Doe"},
+            "age": {"type": "integer", "description": "User age", "default": 30},
+            "score": {"type": "number", "description": "User score", "default": 95.5},
+            "status": {
+                "type": "string",
+                "description": "User status",
+                "enum": ["active", "inactive", "pending"],
+                "default": "active",
+            },
+            "verified": {"type": "boolean", "description": "Verification status", "default": True},
+        },
+        "required": [],
+    }
+    answer = ctx.elicit("Please review and update the form fields with defaults", schema, key="defaults")
+    return f"Elicitation completed: action={answer.get('action')}, content={json.dumps(answer.get('content') or {})}"
+
+
+@tool(description="Asks the user to pick from every kind of enum field (SEP-1330).")
+def test_elicitation_sep1330_enums(ctx: ToolContext) -> str:
+    titled = [{"const": "value1", "title": "First Option"}, {"const": "value2", "title": "Second Option"}]
+    titled.append({"const": "value3", "title": "Third Option"})
+    schema = {
+        "type": "object",
+        "properties": {
+            "untitledSingle": {"type": "string", "enum": ["option1", "option2", "option3"]},
+            "titledSingle": {"type": "string", "oneOf": titled},
+            "legacyEnum": {
+                "type": "string",
+                "enum": ["opt1", "opt2", "opt3"],
+                "enumNames": ["Option One", "Option Two", "Option Three"],
+            },
+            "untitledMulti": {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": 3,
+                "items": {"type": "string", "enum": ["option1", "option2", "option3"]},
+            },
+            "titledMulti": {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": 3,
+                "items": {
+                    "anyOf": [
+                        {"const": "value1", "title": "First Choice"},
+                        {"const": "value2", "title": "Second Choice"},
+                        {"const": "value3", "title": "Third Choice"},
+                    ]
+                },
+            },
+        },
+        "required": [],
+    }
+    answer = ctx.elicit("Please choose from the options", schema, key="enums")
+    return f"Elicitation completed: action={answer.get('action')}, content={json.dumps(answer.get('content') or {})}"
+
+
+@tool(task="optional", description="Asks the client's model for a one-line summary of a text (sampling, as a task).")
+def summarize(ctx: ToolContext, passage: str) -> str:
+    answer = ctx.sample(f"Summarize in one line: {passage}", max_tokens=60, key="summary")
+    return f"Summary: {_sampled_text(answer)}"
