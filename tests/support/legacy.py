@@ -130,7 +130,7 @@ class LegacyClient:
         reply = self.post(body, **header_options)
         reply.request = body
         if self.validate and reply.status == 200 and isinstance(reply.body, dict):
-            task = method == "tools/call" and "task" in (params or {}) and "result" in reply.body
+            task = method == "tools/call" and "task" in reply.body.get("result", {})
             assert_valid_reply(method, reply.body, task=task)
             for event in reply.events:
                 assert_valid_message(event)
