@@ -253,18 +253,18 @@ def test_a_duplicate_message_does_not_start_a_second_run():
 
 
 def test_the_lease_is_renewed_while_the_tool_runs(settings, temp_tool):
-    settings.MCPTASKS = {**settings.MCPTASKS, "LEASE_SECONDS": 1.0, "HEARTBEAT_SECONDS": 0.2}
+    settings.MCPTASKS = {**settings.MCPTASKS, "LEASE_SECONDS": 1.5, "HEARTBEAT_SECONDS": 0.2}
 
     @temp_tool(task="required", description="Longer than a lease.")
     def outlives_lease(ctx: ToolContext) -> str:
-        ctx.sleep(2.5)
+        ctx.sleep(3.5)
         return "survived"
 
     task = new_task("outlives_lease")
     run = Background(task.id)
     wait_until(lambda: get(task).lease_owner != "")
     first_expiry = get(task).lease_expires_at
-    time.sleep(1.5)
+    time.sleep(2.0)
     assert get(task).lease_expires_at > first_expiry
     assert lifecycle.sweep().redispatched == 0, "a renewed lease is not lapsed"
     assert run.join(timeout=10) == "completed"
