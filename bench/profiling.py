@@ -1,0 +1,213 @@
+"""Where the time goes: py-spy samples of the mcptasks processes under load.
+
+Each profile samples a process tree (web workers or Celery workers) with
+``py-spy record --gil --subprocesses`` while wrk or the bench client drives
+one hot path. ``--gil`` keeps only samples of a thread holding the GIL: the
+Python work of the process, without the time spent waiting on Postgres, Redis,
+the network or another thread (on a busy 2-core machine py-spy's own idle
+detection counts runnable-but-waiting threads as busy). So each share below is
+a share of the interpreter time the process burns.
+
+Each sample is attributed to one layer: the innermost frame that belongs to a
+known layer decides (a json.dumps called by the ORM counts as JSON). Inclusive
+shares of a few key functions are reported too.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from bench import client, envs, wrk
+from bench.measures import log
+from bench.stacks import Bench
+
+# (layer, regex on the frame's file path), innermost match wins.
+LAYERS: list[tuple[str, str]] = [
+    ("DB driver (psycopg)", r"/psycopg(_pool)?/|psycopg_binary"),
+    ("Django DB backend", r"/django/db/backends/|/django/db/transaction\.py|/django/db/utils\.py"),
+    ("Django ORM (query building, model init)", r"/django/db/"),
+    ("JSON encode/decode", r"/json/|orjson"),
+    ("Abuse limits (throttle counters, cache)", r"/mcptasks/limits\.py|/django/core/cache/"),
+    ("Celery/kombu publish (Redis)", r"/celery/|/kombu/|/redis/|/amqp/|/vine/|/billiard/"),
+    ("Caller identity (DRF auth)", r"/rest_framework/|/mcptasks/identity\.py"),
+    ("pydantic", r"/pydantic"),
+    (
+        "Signals and on_commit hooks",
+        r"/django/dispatch/|/mcptasks/signals\.py|/mcptasks/publishing\.py|/mcptasks/notify\.py",
+    ),
+    ("asgiref (sync_to_async, thread hops)", r"/asgiref/"),
+    ("Threads / executors", r"/threading\.py|/concurrent/futures/|/queue\.py"),
+    ("Logging", r"/logging/"),
+    ("Django middleware", r"/django/middleware/|/django/contrib/[a-z_]+/middleware\.py|/django/utils/deprecation\.py"),
+    ("Django sessions/auth/messages", r"/django/contrib/"),
+    ("Django URL resolving", r"/django/urls/"),
+    ("Django request/response objects", r"/django/http/|/django/core/handlers/|/django/utils/|/django/core/signing"),
+    ("mcptasks wire and views", r"/mcptasks/wire/|/mcptasks/views\.py"),
+    ("mcptasks lifecycle/execution", r"/mcptasks/"),
+    ("uvicorn/httptools (ASGI server)", r"/uvicorn/|httptools|/h11/|uvloop"),
+    ("gunicorn (WSGI server)", r"/gunicorn/"),
+    ("asyncio", r"/asyncio/"),
+    ("socket/selectors/ssl", r"/socket\.py|/selectors\.py|/ssl\.py"),
+]
+_LAYER_RE = [(name, re.compile(rx)) for name, rx in LAYERS]
+_FRAME = re.compile(r"^(?P<func>.*?) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)$")
+
+KEY_FUNCTIONS = [
+    ("mcp_endpoint (the whole view)", r"mcp_endpoint \("),
+    ("identify (caller identity)", r"identify \("),
+    ("Django middleware chain", r"/django/utils/deprecation\.py"),
+    ("_task_for (the task lookup)", r"_task_for \("),
+    ("detailed_task / task_fields", r"detailed_task \(|task_fields \("),
+    ("lifecycle.create_task", r"create_task \(.*lifecycle"),
+    ("runtime.enqueue_run (Celery publish)", r"enqueue_run \("),
+    ("limits (throttles, quotas)", r"/mcptasks/limits\.py"),
+    ("sync_to_async hop", r"/asgiref/sync\.py"),
+    ("JSON", r"/json/"),
+    ("execution.run_task (a task run)", r"run_task \(.*execution"),
+    ("lifecycle.claim", r"claim \(.*lifecycle"),
+    ("lifecycle.complete", r"complete \(.*lifecycle"),
+    ("LeaseMonitor thread", r"LeaseMonitor"),
+    ("Celery task protocol/trace", r"/celery/app/trace\.py"),
+]
+
+
+def parse(raw: Path) -> list[tuple[list[str], int]]:
+    stacks = []
+    for line in raw.read_text(errors="replace").splitlines():
+        frames, _, count = line.rpartition(" ")
+        if not frames or not count.isdigit():
+            continue
+        stacks.append((frames.split(";"), int(count)))
+    return stacks
+
+
+def attribute(frames: list[str]) -> str:
+    for frame in reversed(frames):
+        m = _FRAME.match(frame)
+        path = m.group("file") if m else frame
+        path = "/" + path.lstrip("/")
+        for name, rx in _LAYER_RE:
+            if rx.search(path):
+                return name
+    leaf = frames[-1] if frames else "?"
+    return f"other: {leaf[:60]}"
+
+
+def analyze(raw: Path) -> dict[str, Any]:
+    stacks = parse(raw)
+    total = sum(n for _, n in stacks) or 1
+    layers: Counter[str] = Counter()
+    leaves: Counter[str] = Counter()
+    keys: Counter[str] = Counter()
+    for frames, n in stacks:
+        layers[attribute(frames)] += n
+        leaves[frames[-1]] += n
+        joined = ";".join(frames)
+        for label, rx in KEY_FUNCTIONS:
+            if re.search(rx, joined):
+                keys[label] += n
+    return {
+        "samples": total,
+        "layers": [(k, round(100 * v / total, 1)) for k, v in layers.most_common()],
+        "inclusive": [(k, round(100 * keys[k] / total, 1)) for k, _ in KEY_FUNCTIONS if keys[k]],
+        "top_self": [(k, round(100 * v / total, 1)) for k, v in leaves.most_common(15)],
+    }
+
+
+def spy(pid: int, seconds: float, out: Path, rate: int = 200) -> subprocess.Popen[bytes]:
+    py_spy = envs.APP_VENV / "bin" / "py-spy"
+    return subprocess.Popen(
+        [
+            str(py_spy),
+            "record",
+            "--pid",
+            str(pid),
+            "--subprocesses",
+            "--gil",
+            "-r",
+            str(rate),
+            "-d",
+            str(int(seconds)),
+            "-f",
+            "raw",
+            "-o",
+            str(out),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+
+
+def _profile(pid: int, seconds: float, out: Path, load) -> dict[str, Any]:
+    proc = spy(pid, seconds, out)
+    time.sleep(0.5)
+    result: dict[str, Any] = {}
+    t = threading.Thread(target=lambda: result.update(load() or {}))
+    t.start()
+    t.join()
+    _, err = proc.communicate(timeout=seconds + 30)
+    if not out.exists():
+        raise RuntimeError(f"py-spy failed: {err.decode()[-400:]}")
+    data = analyze(out)
+    data["load"] = result
+    return data
+
+
+def run(bench: Bench, workdir: Path, names: list[str], ids: dict[str, dict[str, Path]], seconds: float = 8.0) -> dict:
+    """Profiles: tasks/get (working) and tools/call on each mcptasks web
+    configuration, and the Celery workers while 32 clients run no-op tasks
+    end to end."""
+    out: dict[str, Any] = {}
+    for name in names:
+        web = bench.webs[name]
+        for label, mode, arg in (("tasks/get", "get", ids[name]["working"]), ("tools/call", "call", None)):
+            if mode == "call":
+                arg = workdir / "tool-noop.txt"
+                arg.write_text("noop\n")
+            raw = workdir / f"spy-{name}-{label.replace('/', '_')}.txt"
+            data = _profile(
+                web.proc.pid,
+                seconds,
+                raw,
+                lambda url=web.url, mode=mode, arg=arg: {
+                    "rps": wrk.run(url, mode, ids_file=arg, connections=32, duration=seconds - 1)["rps"]
+                },
+            )
+            out[f"{name} {label}"] = data
+            log(f"profile {name} {label}: {data['samples']} samples, top layers {data['layers'][:4]}")
+            bench.wait_quiet()
+    if bench.mcp_workers is not None:
+        web = bench.webs[names[-1]]
+        raw = workdir / "spy-celery-e2e.txt"
+        data = _profile(
+            bench.mcp_workers.pid,
+            seconds,
+            raw,
+            lambda: {"tasks_per_s": client.run(client.end_to_end(web.url, 32, seconds - 2, 0.5, 0.02)).rate},
+        )
+        out["celery workers, no-op tasks end to end"] = data
+        log(f"profile celery: {data['samples']} samples, top layers {data['layers'][:4]}")
+        bench.wait_quiet()
+    return out
+
+
+def inprocess(bench: Bench) -> dict[str, Any]:
+    """bench/inprocess.py against the bench database (SQL per request, µs per layer)."""
+    result = subprocess.run(
+        [str(envs.APP_PY), "-m", "bench.inprocess"],
+        cwd=envs.REPO,
+        env=bench.mcp_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if result.returncode != 0:
+        return {"error": result.stderr[-1500:]}
+    return json.loads(result.stdout.strip().splitlines()[-1])

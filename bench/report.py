@@ -1,0 +1,355 @@
+"""Turn the records into the table, the plots and docs/performance.md's results block."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from bench.stacks import MCP_WEB, PEER_LABEL
+
+BEGIN = "<!-- bench:results:begin -->"
+END = "<!-- bench:results:end -->"
+
+
+def label(name: str) -> str:
+    return PEER_LABEL if name == "peer" else MCP_WEB[name]["label"]
+
+
+def med(values: list[float]) -> float:
+    values = [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    return statistics.median(values) if values else float("nan")
+
+
+def by(records: list[dict], measure: str, variant: str | None = None) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = defaultdict(list)
+    for r in records:
+        if r["measure"] == measure and (variant is None or r["variant"] == variant):
+            out[r["contender"]].append(r)
+    return out
+
+
+def ratios(
+    records: list[dict], measure: str, variant: str, name: str, field: str = "value", peer: str = "peer"
+) -> list[float]:
+    """value(name) / value(peer), round by round."""
+    rows = by(records, measure, variant)
+    mine = {r["round"]: r[field] for r in rows.get(name, [])}
+    theirs = {r["round"]: r[field] for r in rows.get(peer, [])}
+    return [mine[k] / theirs[k] for k in sorted(mine) if theirs.get(k)]
+
+
+def fmt(v: float, unit: str = "") -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "–"
+    if unit == "ms":
+        return f"{v:.1f} ms" if v >= 10 else f"{v:.2f} ms"
+    if abs(v) >= 100:
+        return f"{v:,.0f}{(' ' + unit) if unit else ''}"
+    return f"{v:.1f}{(' ' + unit) if unit else ''}"
+
+
+def fr(v: float) -> str:
+    return "–" if v is None or math.isnan(v) else f"{v:.2f}×"
+
+
+def summarize(results: dict[str, Any]) -> dict[str, Any]:
+    recs = results["records"]
+    names = results["contenders"]
+    mcp = [n for n in names if n != "peer"]
+    s: dict[str, Any] = {"rows": [], "goals": []}
+
+    def row(
+        title: str,
+        measure: str,
+        variant: str,
+        unit: str,
+        field: str = "value",
+        higher_better: bool = True,
+        floor: str = "",
+        goal: str = "",
+    ) -> dict[str, Any]:
+        rows = by(recs, measure, variant)
+        vals = {n: med([r[field] for r in rows.get(n, [])]) for n in names}
+        rat = {n: med(ratios(recs, measure, variant, n, field)) for n in mcp}
+        entry = {
+            "title": title,
+            "unit": unit,
+            "values": vals,
+            "ratios": rat,
+            "floor": floor,
+            "goal": goal,
+            "higher_better": higher_better,
+        }
+        s["rows"].append(entry)
+        return entry
+
+    # P1
+    floors = by(recs, "floor-view", "floor")
+    floor_med = {n: med([r["value"] for r in floors.get(n, [])]) for n in mcp}
+    pg = results.get("pgbench") or {}
+    for variant in ("working", "completed"):
+        e = row(
+            f"P1 polls/s, 32 pollers, {variant} tasks", "P1", variant, "/s", goal="≥ 5× peer, ≥ 50 % of the bare view"
+        )
+        if variant == "working":
+            pct = {}
+            for n in mcp:
+                per_round = []
+                p1 = {r["round"]: r["value"] for r in by(recs, "P1", "working").get(n, [])}
+                fl = {r["round"]: r["value"] for r in floors.get(n, [])}
+                per_round = [p1[k] / fl[k] for k in p1 if fl.get(k)]
+                pct[n] = med(per_round)
+            e["floor"] = "; ".join(
+                f"bare view {fmt(floor_med[n], '/s')} on {n} (P1 = {100 * pct[n]:.0f} % of it)" for n in mcp
+            )
+            if pg:
+                e["floor"] += (
+                    f"; pgbench -S {fmt(pg['simple']['tps'], 'tps')} (prepared {fmt(pg['prepared']['tps'], 'tps')})"
+                )
+            sess = {n: med([r.get("pg_sessions_per_1k") for r in by(recs, "P1", "working").get(n, [])]) for n in mcp}
+            e["floor"] += "; new Postgres sessions per 1k polls: " + ", ".join(f"{n} {fmt(v)}" for n, v in sess.items())
+            e["pct_floor"] = pct
+    # P2
+    for conc in (1, 32):
+        for field, what in (("p50_ms", "p50"), ("p99_ms", "p99")):
+            row(
+                f"P2 tools/call {what}, {conc} caller{'s' if conc > 1 else ''}",
+                "P2",
+                f"c{conc}",
+                "ms",
+                field,
+                higher_better=False,
+                goal="p50 ≤ 5 ms, p99 ≤ 20 ms, ≤ peer",
+            )
+    # P3
+    row("P3 no-op tasks/s, create→terminal, 32 clients", "P3", "c32", "/s", goal="≥ 1.5× peer")
+    return s
+
+
+def goal_lines(results: dict[str, Any], s: dict[str, Any]) -> list[str]:
+    names = results["contenders"]
+    mcp = [n for n in names if n != "peer"]
+    lines = []
+    rows = {r["title"]: r for r in s["rows"]}
+
+    def best(title: str, higher: bool = True) -> tuple[str, float]:
+        r = rows[title]
+        cands = [(n, r["ratios"][n]) for n in mcp if not math.isnan(r["ratios"][n])]
+        if not cands:
+            return ("–", float("nan"))
+        return max(cands, key=lambda x: x[1]) if higher else min(cands, key=lambda x: x[1])
+
+    p1 = rows["P1 polls/s, 32 pollers, working tasks"]
+    n, r = best(p1["title"])
+    pct = p1.get("pct_floor", {}).get(n, float("nan"))
+    ok = r >= 5 and pct >= 0.5
+    lines.append(
+        f"- **P1** ({label(n) if n != '–' else '–'}): {fr(r)} fastmcp-tasks (goal ≥ 5×), {100 * pct:.0f} % of the "
+        f"bare view (goal ≥ 50 %): **{'met' if ok else 'not met'}**"
+        + ("" if ok else f" — short by {max(0.0, 5 - r) / 5 * 100:.0f} % on the ratio" if r < 5 else "")
+    )
+    worst = {}
+    for n in mcp:
+        v = [rows[t]["values"][n] for t in rows if t.startswith("P2") and "p50" in t]
+        w = [rows[t]["values"][n] for t in rows if t.startswith("P2") and "p99" in t]
+        rr = [rows[t]["ratios"][n] for t in rows if t.startswith("P2")]
+        worst[n] = (max(v), max(w), max(rr))
+    n = min(mcp, key=lambda k: worst[k][0])
+    p50, p99, rr = worst[n]
+    ok = p50 <= 5 and p99 <= 20 and rr <= 1
+    lines.append(
+        f"- **P2** ({label(n)}): worst p50 {fmt(p50, 'ms')} (goal ≤ 5 ms), worst p99 {fmt(p99, 'ms')} (goal ≤ 20 ms), "
+        f"at most {fr(rr)} the peer's latency (goal ≤ 1×): **{'met' if ok else 'not met'}**"
+    )
+    n, r = best("P3 no-op tasks/s, create→terminal, 32 clients")
+    lines.append(
+        f"- **P3** ({label(n) if n != '–' else '–'}): {fr(r)} fastmcp-tasks (goal ≥ 1.5×): "
+        f"**{'met' if r >= 1.5 else 'not met'}**"
+    )
+    p4 = results.get("p4")
+    if p4 and "large" in p4:
+        pr = p4["purge_run"]
+        slow = p4["slowdown_c1_p50"]
+        lines.append(
+            f"- **P4** ({label(p4['config'])}): p50 {fmt(p4['small']['c1_p50_ms'], 'ms')} at "
+            f"{p4['small_stats']['rows']:,} rows, {fmt(p4['large']['c1_p50_ms'], 'ms')} at "
+            f"{p4['large_stats']['rows']:,} rows: {slow:.2f}× "
+            f"(goal ≤ 1.2×, **{'met' if slow <= 1.2 else 'not met'}**); "
+            f"purge deleted {pr['deleted']:,} rows in {pr['purge_seconds']} s"
+            f"{' (capped)' if pr['capped'] else ''}, slowest poll "
+            f"{fmt(pr['during_max_ms'], 'ms')}, {pr['during_over_50ms']} of {pr['polls_during']} polls over 50 ms "
+            f"(goal none, **{'met' if pr['during_over_50ms'] == 0 and pr['polls_during'] else 'not met'}**)"
+        )
+    return lines
+
+
+def table(results: dict[str, Any]) -> str:
+    s = summarize(results)
+    names = results["contenders"]
+    mcp = [n for n in names if n != "peer"]
+    head = ["measure", *(label(n) for n in names), *(f"ratio {n} ÷ peer" for n in mcp), "floor / note"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in s["rows"]:
+        cells = [r["title"]]
+        cells += [fmt(r["values"][n], r["unit"] if r["unit"] == "ms" else "") for n in names]
+        cells += [fr(r["ratios"][n]) for n in mcp]
+        cells.append(r["floor"] or ("lower is better" if not r["higher_better"] else ""))
+        lines.append("| " + " | ".join(cells) + " |")
+    p4 = results.get("p4")
+    if p4 and "large" in p4:
+        cfg = p4["config"]
+        blank = ["–"] * len(names)
+        idx = names.index(cfg) if cfg in names else 0
+
+        def p4row(title: str, value: str, note: str) -> None:
+            cells = list(blank)
+            cells[idx] = value
+            lines.append("| " + " | ".join([title, *cells, *(["–"] * len(mcp)), note]) + " |")
+
+        p4row(
+            f"P4 tasks/get p50, 1 poller, {p4['small_stats']['rows']:,} rows",
+            fmt(p4["small"]["c1_p50_ms"], "ms"),
+            f"32 pollers: p50 {fmt(p4['small']['c32_p50_ms'], 'ms')}, {fmt(p4['small']['c32_rps'])}/s",
+        )
+        p4row(
+            f"P4 tasks/get p50, 1 poller, {p4['large_stats']['rows']:,} rows",
+            fmt(p4["large"]["c1_p50_ms"], "ms"),
+            f"{p4['slowdown_c1_p50']:.2f}× the small table (goal ≤ 1.2×); 32 pollers: p50 "
+            f"{fmt(p4['large']['c32_p50_ms'], 'ms')}, {fmt(p4['large']['c32_rps'])}/s; "
+            f"table {p4['large_stats']['size']}",
+        )
+        pr = p4["purge_run"]
+        what = (
+            f"stopped after {pr['purge_seconds']} s having deleted {pr['deleted']:,} of {pr['expired_before']:,} "
+            f"({pr['rows_per_s']:,} rows/s, all of them would take ~{pr['projected_seconds']} s)"
+            if pr["capped"]
+            else f"{pr['deleted']:,} rows in {pr['purge_seconds']} s ({pr['rows_per_s']:,} rows/s)"
+        )
+        p4row(
+            f"P4 slowest poll during the purge of {pr['expired_before']:,} expired rows",
+            fmt(pr["during_max_ms"], "ms"),
+            f"purge {what}; {pr['polls_during']} paced polls: p50 {fmt(pr['during_p50_ms'], 'ms')}, "
+            f"p99 {fmt(pr['during_p99_ms'], 'ms')}, {pr['during_over_50ms']} over 50 ms (5 s before it: p50 "
+            f"{fmt(pr['before_p50_ms'], 'ms')}, max {fmt(pr['before_max_ms'], 'ms')})",
+        )
+    lg = results.get("loadgen") or {}
+    if lg:
+        used = [r.get("loadgen_cores") for r in results["records"] if r.get("loadgen_cores") is not None]
+        lines.append(
+            f"| load generator: wrk, 1 thread | max {max(used, default=0):.2f} cores in any run | "
+            + " | ".join(["–"] * (len(names) + len(mcp) - 1))
+            + f" | against a trivial server: {fmt(lg['rps'])} req/s on {lg['loadgen_cores']:.2f} cores |"
+        )
+    foreign = []
+    for r in results["records"]:
+        cpu = r.get("cpu") or {}
+        if "machine" in cpu:
+            ours = sum(v for k, v in cpu.items() if k != "machine") + (r.get("loadgen_cores") or 0)
+            foreign.append(max(0.0, cpu["machine"] - ours))
+    notes = []
+    if foreign:
+        notes.append(
+            f"- Noise: while the bench ran, processes outside it (other sessions' test suites, etc.) used a median "
+            f"{med(foreign):.2f} of the {results['machine']['cores']} cores (max {max(foreign):.2f}); every ratio "
+            f"above is taken between adjacent runs of one round."
+        )
+    return "\n".join(lines) + "\n\n" + "\n".join(goal_lines(results, s) + notes) + "\n"
+
+
+def plots(results: dict[str, Any], outdir: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    outdir.mkdir(parents=True, exist_ok=True)
+    names = results["contenders"]
+    made = []
+    specs = [
+        (
+            "P1-sweep",
+            "tasks/get per second",
+            "P1: polls per second against concurrent pollers (working tasks)",
+            "bench-p1-polls.png",
+            "pollers",
+        ),
+        (
+            "P3-sweep",
+            "no-op tasks per second, create→terminal",
+            "P3: tasks per second end to end against concurrent clients (2 worker processes)",
+            "bench-p3-e2e.png",
+            "clients",
+        ),
+    ]
+    for measure, ylabel, title, fname, xlabel in specs:
+        recs = [r for r in results["records"] if r["measure"] in (measure, measure.split("-")[0] + "-sweep")]
+        if measure == "P3-sweep":
+            recs = [r for r in results["records"] if r["measure"] in ("P3", "P3-sweep")]
+        if not recs:
+            continue
+        fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
+        for n in names:
+            pts: dict[int, list[float]] = defaultdict(list)
+            for r in recs:
+                if r["contender"] == n:
+                    pts[int(r["concurrency"])].append(r["value"])
+            if not pts:
+                continue
+            xs = sorted(pts)
+            ax.plot(xs, [med(pts[x]) for x in xs], marker="o", label=label(n))
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel(f"concurrent {xlabel}")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title, fontsize=10)
+        ax.grid(True, alpha=0.3)
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize=8)
+        xs_all = sorted({int(r["concurrency"]) for r in recs})
+        ax.set_xticks(xs_all)
+        ax.set_xticklabels([str(x) for x in xs_all])
+        fig.tight_layout()
+        path = outdir / fname
+        fig.savefig(path)
+        plt.close(fig)
+        made.append(path)
+    return made
+
+
+def machine_block(results: dict[str, Any]) -> str:
+    m = results["machine"]
+    v = results["versions"]
+    lines = [
+        f"Run {results['started']} ({'quick' if results['config']['quick'] else 'full'} mode, "
+        f"{results['elapsed_s'] / 60:.1f} min), commit `{results['git']}`.",
+        "",
+        f"- Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gb']} GB, {m['kernel']}; load average at start "
+        f"{m['loadavg']}.",
+        f"- Software: Python {v['python']}, Django {v['django']}, gunicorn {v['gunicorn']}, uvicorn {v['uvicorn']}, "
+        f"PostgreSQL {v['postgres']}, Redis {v['redis']}; peer: fastmcp {v['fastmcp']}, fastmcp-tasks "
+        f"{v['fastmcp_tasks']}, pydocket {v['pydocket']}; wrk {v['wrk']}.",
+        f"- mcptasks database settings seen by Django: `{results.get('database')}`.",
+    ]
+    return "\n".join(lines)
+
+
+def write_docs(results: dict[str, Any], doc: Path, plot_paths: list[Path], extra: str = "") -> None:
+    block = [BEGIN, "", machine_block(results), "", table(results)]
+    for p in plot_paths:
+        rel = p.relative_to(doc.parent)
+        block.append(f"![{p.stem}]({rel.as_posix()})")
+        block.append("")
+    if extra:
+        block += [extra, ""]
+    block.append(END)
+    text = doc.read_text() if doc.exists() else "# Performance\n\n"
+    new = "\n".join(block)
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        _, tail = rest.split(END, 1)
+        text = head + new + tail
+    else:
+        text = text.rstrip() + "\n\n" + new + "\n"
+    doc.write_text(text)

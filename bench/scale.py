@@ -1,0 +1,290 @@
+"""P4: tasks/get with 10k and with 10M rows, and a purge of 1M expired rows
+while polls run. mcptasks only (the peer keeps its tasks in Redis keys with a
+TTL; it has no table to grow).
+
+Rows are made with ``INSERT ... SELECT generate_series`` in a dedicated
+database (dropped at the end). The column list comes from the live table, so
+the generator follows the schema as it evolves: known columns get realistic
+values, any other NOT NULL column a neutral one for its type.
+
+Row ``g`` (1-based) has id ``md5(g)``: the bench computes ids without reading
+them back. Layout, for ``large`` rows in all:
+
+* ``g <= purge``: completed, expired an hour ago (the purge's work), with two
+  TaskEvent rows each, as real finished tasks have;
+* otherwise completed (2 % working), expiring in a week; one in ten belongs to
+  the anonymous owner the bench polls as, the rest to 1,000 other owners.
+
+The 10k-row baseline is the *last* 10k rows, inserted first; the rest is added
+to the same table afterwards, so both phases poll through one server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from bench import client, envs, procs, wrk
+from bench.measures import Config, log
+from bench.stacks import Bench
+
+KNOWN = {
+    "id": "md5(g::text)",
+    "owner": "CASE WHEN g % 10 = 0 THEN 'anonymous' ELSE 'user' || (g % 1000)::text END",
+    "tool_name": "'noop'",
+    "arguments": "'{}'::jsonb",
+    "era": "'2026-07-28'",
+    "client_capabilities": '\'{"extensions":{"io.modelcontextprotocol/tasks":{}}}\'::jsonb',
+    "status": "CASE WHEN g > {purge} AND g % 50 = 7 THEN 'working' ELSE 'completed' END",
+    "status_message": "''",
+    "result": "CASE WHEN g > {purge} AND g % 50 = 7 THEN NULL ELSE "
+    '\'{"content":[{"type":"text","text":"ok"}],"isError":false}\'::jsonb END',
+    "error": "NULL",
+    "created_at": "now() - make_interval(secs => ({large} - g) / 1000.0)",
+    "updated_at": "now() - make_interval(secs => ({large} - g) / 1000.0)",
+    "ttl_ms": "3600000",
+    "expires_at": "CASE WHEN g <= {purge} THEN now() - interval '1 hour' ELSE now() + interval '7 days' END",
+    "poll_interval_ms": "500",
+    "attempts": "1",
+    "dispatched_at": "now() - make_interval(secs => ({large} - g) / 1000.0)",
+    "lease_owner": "''",
+    "lease_expires_at": "NULL",
+    "cancel_requested_at": "NULL",
+    "cancelled_by": "''",
+}
+
+NEUTRAL = {
+    "character varying": "''",
+    "text": "''",
+    "integer": "0",
+    "bigint": "0",
+    "smallint": "0",
+    "boolean": "false",
+    "jsonb": "'{}'::jsonb",
+    "timestamp with time zone": "now()",
+}
+
+
+def task_id(g: int) -> str:
+    return hashlib.md5(str(g).encode()).hexdigest()
+
+
+class ScaleDb:
+    def __init__(self, bench: Bench, large: int, purge: int) -> None:
+        self.bench = bench
+        self.name = f"{bench.db}_scale"
+        self.large = large
+        self.purge = purge
+
+    def connect(self) -> psycopg.Connection:
+        return psycopg.connect(self.bench.services.libpq(self.name), autocommit=True)
+
+    def create(self) -> None:
+        self.bench.prepare_db(self.name)
+
+    def _select_list(self, conn: psycopg.Connection) -> tuple[list[str], list[str]]:
+        rows = conn.execute(
+            "SELECT column_name, data_type, is_nullable FROM information_schema.columns "
+            "WHERE table_name = 'mcptasks_task' ORDER BY ordinal_position"
+        ).fetchall()
+        cols, exprs = [], []
+        for col, dtype, nullable in rows:
+            if col in KNOWN:
+                expr = KNOWN[col].replace("{purge}", str(self.purge)).replace("{large}", str(self.large))
+            elif nullable == "YES":
+                continue
+            else:
+                expr = NEUTRAL.get(dtype, "DEFAULT")
+            cols.append(col)
+            exprs.append(expr)
+        return cols, exprs
+
+    def insert(self, lo: int, hi: int) -> float:
+        """Rows ``lo..hi`` (inclusive), plus the events of the expired ones."""
+        t0 = time.monotonic()
+        with self.connect() as conn:
+            conn.execute("SET synchronous_commit = off")
+            conn.execute("SET maintenance_work_mem = '512MB'")
+            cols, exprs = self._select_list(conn)
+            step = 1_000_000
+            for a in range(lo, hi + 1, step):
+                b = min(hi, a + step - 1)
+                conn.execute(
+                    f"INSERT INTO mcptasks_task ({', '.join(cols)}) "
+                    f"SELECT {', '.join(exprs)} FROM generate_series({a}, {b}) AS g"
+                )
+                e_hi = min(b, self.purge)
+                if a <= e_hi:
+                    conn.execute(
+                        "INSERT INTO mcptasks_taskevent (task_id, at, kind, from_status, to_status, actor, detail) "
+                        "SELECT md5(g::text), now() - interval '2 hours', k.kind, k.f, k.t, 'system', '{}'::jsonb "
+                        f"FROM generate_series({a}, {e_hi}) AS g, "
+                        "(VALUES ('created', '', 'working'), ('transition', 'working', 'completed')) AS k(kind, f, t)"
+                    )
+            conn.execute("VACUUM ANALYZE mcptasks_task")
+            conn.execute("VACUUM ANALYZE mcptasks_taskevent")
+        return time.monotonic() - t0
+
+    def stats(self) -> dict[str, Any]:
+        with self.connect() as conn:
+            rows = conn.execute("SELECT count(*) FROM mcptasks_task").fetchone()[0]
+            size = conn.execute("SELECT pg_size_pretty(pg_total_relation_size('mcptasks_task'))").fetchone()[0]
+            expired = conn.execute(
+                "SELECT count(*) FROM mcptasks_task WHERE expires_at < now() AND status <> 'working'"
+            ).fetchone()[0]
+        return {"rows": rows, "size": size, "expired": expired}
+
+    def poll_ids(self, lo: int, hi: int, n: int, path: Path) -> Path:
+        """``n`` ids of the anonymous owner's completed, unexpired tasks in ``lo..hi``."""
+        rng = random.Random(lo * 31 + hi)
+        lo = max(lo, self.purge + 1)
+        ids = []
+        while len(ids) < n:
+            g = rng.randrange(lo, hi + 1)
+            g -= g % 10
+            if g < lo or g % 50 == 7:
+                continue
+            ids.append(task_id(g))
+        path.write_text("\n".join(ids) + "\n")
+        return path
+
+    def drop(self) -> None:
+        self.bench.services.drop_db(self.name)
+
+
+def _latency(bench: Bench, url: str, ids: Path, seconds: float) -> dict[str, Any]:
+    one = wrk.measured(url, "get", ids_file=ids, connections=1, duration=seconds)
+    many = wrk.measured(url, "get", ids_file=ids, connections=32, duration=seconds)
+    return {
+        "c1_p50_ms": one["lat_p50_us"] / 1000,
+        "c1_p99_ms": one["lat_p99_us"] / 1000,
+        "c1_rps": one["rps"],
+        "c32_p50_ms": many["lat_p50_us"] / 1000,
+        "c32_rps": many["rps"],
+        "errors": one["errors"] + many["errors"],
+    }
+
+
+def run(bench: Bench, cfg: Config, workdir: Path, key: str = "gunicorn") -> dict[str, Any]:
+    out: dict[str, Any] = {"config": key, "large": cfg.p4_large, "small": cfg.p4_small, "purge": cfg.p4_purge}
+    db = ScaleDb(bench, cfg.p4_large, cfg.p4_purge)
+    db.create()
+    try:
+        small_lo = cfg.p4_large - cfg.p4_small + 1
+        t = db.insert(small_lo, cfg.p4_large)
+        log(f"P4 generated {cfg.p4_small:,} rows in {t:.1f}s")
+        web = bench.start_mcp_web(key, db=db.name)
+        name = next(k for k, v in bench.webs.items() if v is web)
+        seconds = cfg.sweep_seconds
+        ids_small = db.poll_ids(small_lo, cfg.p4_large, 1000, workdir / "ids-scale-small.txt")
+        wrk.run(web.url, "get", ids_file=ids_small, connections=8, duration=2)  # warm
+        out["small_stats"] = db.stats()
+        out["small"] = _latency(bench, web.url, ids_small, seconds)
+        log(f"P4 {out['small_stats']['rows']:,} rows: {out['small']}")
+
+        t = db.insert(1, small_lo - 1)
+        out["generate_seconds"] = round(t, 1)
+        out["large_stats"] = db.stats()
+        log(f"P4 generated up to {out['large_stats']['rows']:,} rows ({out['large_stats']['size']}) in {t:.1f}s")
+        ids_large = db.poll_ids(1, cfg.p4_large, 10_000, workdir / "ids-scale-large.txt")
+        wrk.run(web.url, "get", ids_file=ids_large, connections=8, duration=2)
+        out["large"] = _latency(bench, web.url, ids_large, seconds)
+        log(f"P4 {out['large_stats']['rows']:,} rows: {out['large']}")
+        out["slowdown_c1_p50"] = out["large"]["c1_p50_ms"] / out["small"]["c1_p50_ms"]
+
+        out["purge_run"] = purge_while_polling(bench, cfg, web.url, ids_large, db)
+        out["after_purge_stats"] = db.stats()
+        log(f"P4 purge: {out['purge_run']}")
+        bench.stop_web(name)
+    finally:
+        db.drop()
+    return out
+
+
+def purge_while_polling(bench: Bench, cfg: Config, url: str, ids_file: Path, db: ScaleDb) -> dict[str, Any]:
+    """Paced polls (``p4_pollers`` clients, one poll each every
+    ``p4_poll_interval`` s: well below saturation, so a slow poll is the purge's
+    doing and not queueing), 5 s alone, then while ``manage.py mcptasks prune``
+    deletes the expired rows. The purge is stopped after ``p4_purge_cap``
+    seconds (the bench must end); its rate then projects the full time."""
+    ids = [x for x in ids_file.read_text().split() if x]
+    env = bench.mcp_env(db=db.name)
+    marks: dict[str, Any] = {}
+    expired_before = db.stats()["expired"]
+
+    async def go() -> list[tuple[float, float, int]]:
+        stop = asyncio.Event()
+        polls = asyncio.create_task(client.paced_polls(url, ids, cfg.p4_pollers, cfg.p4_poll_interval, stop))
+        await asyncio.sleep(5.0)
+        marks["purge_start"] = time.perf_counter()
+        proc = await asyncio.create_subprocess_exec(
+            str(envs.APP_PY),
+            "manage.py",
+            "mcptasks",
+            "prune",
+            cwd=str(envs.REPO),
+            env=env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
+        )
+        try:
+            stdout, stderr = await asyncio.wait_for(proc.communicate(), timeout=cfg.p4_purge_cap)
+            marks["capped"] = False
+        except TimeoutError:
+            proc.terminate()
+            stdout, stderr = await proc.communicate()
+            marks["capped"] = True
+        marks["purge_end"] = time.perf_counter()
+        marks["rc"] = proc.returncode
+        marks["stdout"] = stdout.decode()[-300:]
+        marks["stderr"] = stderr.decode()[-600:]
+        await asyncio.sleep(1.0)
+        stop.set()
+        return await polls
+
+    meter = procs.CpuMeter({"postgres": lambda: procs.postgres_backends(db.name)})
+    meter.begin()
+    polls = client.run(go())
+    cpu = meter.end()
+    start, end = marks["purge_start"], marks["purge_end"]
+    before = [lat * 1000 for t, lat, _ in polls if t < start]
+    during = [lat * 1000 for t, lat, _ in polls if start <= t <= end]
+    bad = sum(1 for _, _, s in polls if s != 200)
+    deleted = expired_before - db.stats()["expired"]
+    seconds = end - start
+    rate = deleted / seconds if seconds else 0.0
+
+    def pct(v: list[float], q: float) -> float:
+        if not v:
+            return float("nan")
+        s = sorted(v)
+        return s[min(len(s) - 1, round(q / 100 * (len(s) - 1)))]
+
+    return {
+        "purge_seconds": round(seconds, 1),
+        "deleted": deleted,
+        "expired_before": expired_before,
+        "capped": marks["capped"],
+        "rows_per_s": round(rate),
+        "projected_seconds": round(expired_before / rate) if rate else None,
+        "rc": marks["rc"],
+        "stderr": marks["stderr"] if marks["rc"] and not marks["capped"] else "",
+        "polls_before": len(before),
+        "before_p50_ms": pct(before, 50),
+        "before_max_ms": max(before, default=0),
+        "polls_during": len(during),
+        "during_p50_ms": pct(during, 50),
+        "during_p99_ms": pct(during, 99),
+        "during_max_ms": max(during, default=0),
+        "during_over_50ms": sum(1 for x in during if x > 50),
+        "non_200": bad,
+        "postgres_cores": cpu["postgres"],
+        "machine_cores": cpu["machine"],
+    }

@@ -1,0 +1,350 @@
+"""The systems under test, started as users would run them.
+
+mcptasks (Postgres + Redis), in the server configurations its users choose:
+
+* ``uvicorn``: ``uvicorn project.asgi:application --workers 2`` (ASGI),
+  uvloop + httptools;
+* ``gunicorn``: ``gunicorn project.wsgi:application -w 2`` (WSGI, sync
+  workers);
+
+both with the example site's own database settings (whatever project/settings.py
+makes of an unset ``CONN_MAX_AGE``: the bench reports what Django saw),
+
+plus ``celery -A project worker --concurrency 2`` (two worker processes).
+
+fastmcp-tasks (Docket on Redis): ``uvicorn bench.peer_server:app`` (its web
+process also runs a Docket worker, as fastmcp-tasks always does) plus two
+``python -m fastmcp_tasks.worker_cli worker`` processes.
+
+Every name is unique to the run (databases, Celery queue, Docket name), so
+nothing else on the machine is touched; Redis keys are deleted at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+
+from bench import envs, procs
+
+REPO = envs.REPO
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Services:
+    pg: str = os.environ.get("BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+    redis: str = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379")
+    redis_db: int = int(os.environ.get("BENCH_REDIS_DB", "9"))
+    tag: str = field(default_factory=lambda: f"{os.getpid()}")
+
+    def db_url(self, name: str) -> str:
+        p = urlsplit(self.pg)
+        return urlunsplit((p.scheme, p.netloc, f"/{name}", p.query, p.fragment))
+
+    def libpq(self, name: str) -> str:
+        p = urlsplit(self.db_url(name))
+        return urlunsplit(("postgresql", p.netloc, p.path, p.query, p.fragment))
+
+    @property
+    def redis_url(self) -> str:
+        return f"{self.redis.rstrip('/')}/{self.redis_db}"
+
+    def admin(self) -> psycopg.Connection:
+        p = urlsplit(self.pg)
+        return psycopg.connect(urlunsplit(("postgresql", p.netloc, p.path, p.query, "")), autocommit=True)
+
+    def recreate_db(self, name: str) -> None:
+        with self.admin() as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            conn.execute(f'CREATE DATABASE "{name}"')
+
+    def drop_db(self, name: str) -> None:
+        with self.admin() as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    def redis_client(self):
+        import redis
+
+        return redis.Redis.from_url(self.redis_url)
+
+    def delete_keys(self, *patterns: str) -> int:
+        r = self.redis_client()
+        n = 0
+        for pattern in patterns:
+            batch = []
+            for key in r.scan_iter(match=pattern, count=1000):
+                batch.append(key)
+                if len(batch) >= 1000:
+                    n += r.delete(*batch)
+                    batch = []
+            if batch:
+                n += r.delete(*batch)
+        return n
+
+
+# Contenders ---------------------------------------------------------------------------------
+
+MCP_WEB = {
+    "uvicorn": {
+        "label": "mcptasks · uvicorn ×2",
+        "argv": lambda port: [
+            str(envs.APP_PY),
+            "-m",
+            "uvicorn",
+            "project.asgi:application",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "2",
+            "--loop",
+            "uvloop",
+            "--http",
+            "httptools",
+            "--log-level",
+            "warning",
+            "--no-access-log",
+        ],
+    },
+    "gunicorn": {
+        "label": "mcptasks · gunicorn ×2",
+        "argv": lambda port: [
+            str(envs.APP_PY),
+            "-m",
+            "gunicorn",
+            "project.wsgi:application",
+            "-b",
+            f"127.0.0.1:{port}",
+            "-w",
+            "2",
+            "--log-level",
+            "warning",
+        ],
+    },
+}
+PEER_LABEL = "fastmcp-tasks · uvicorn"
+
+
+@dataclass
+class Web:
+    key: str
+    label: str
+    url: str
+    base: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+    kind: str  # "mcptasks" or "peer"
+
+    def pids(self) -> list[int]:
+        return [self.proc.pid]
+
+
+@dataclass
+class Bench:
+    """All the processes of one bench run, and their shared names."""
+
+    services: Services
+    logs: Path
+    poll_interval_ms: int = 500
+    db: str = ""
+    queue: str = ""
+    docket: str = ""
+    webs: dict[str, Web] = field(default_factory=dict)
+    mcp_workers: subprocess.Popen[bytes] | None = None
+    peer_workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        tag = self.services.tag
+        self.db = self.db or f"mcptasks_bench_{tag}"
+        self.queue = f"mcptasks-bench-{tag}"
+        self.docket = f"bench-peer-{tag}"
+
+    # Environments ------------------------------------------------------------------------
+
+    def mcp_env(self, db: str | None = None, **extra: str) -> dict[str, str]:
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("MCP_", "FASTMCP_", "DB_"))
+            and k not in ("DATABASE_URL", "CELERY_BROKER_URL", "REDIS_URL", "CONN_MAX_AGE", "DJANGO_SETTINGS_MODULE")
+        }
+        env.update(
+            {
+                "DJANGO_SETTINGS_MODULE": "bench.settings",
+                "DATABASE_URL": self.services.db_url(db or self.db),
+                "CELERY_BROKER_URL": self.services.redis_url,
+                "REDIS_URL": self.services.redis_url,
+                "MCP_CELERY_QUEUE": self.queue,
+                "MCP_ALLOW_ANONYMOUS": "true",
+                "MCP_POLL_INTERVAL_MS": str(self.poll_interval_ms),
+                "MCP_LOG_LEVEL": "WARNING",
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
+        env.update(extra)
+        return env
+
+    def peer_env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("MCP_", "FASTMCP_"))}
+        env.update(
+            {
+                "FASTMCP_DOCKET_URL": self.services.redis_url,
+                "FASTMCP_DOCKET_NAME": self.docket,
+                "BENCH_POLL_INTERVAL_MS": str(self.poll_interval_ms),
+                "FASTMCP_LOG_LEVEL": "WARNING",
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
+        return env
+
+    # Setup -------------------------------------------------------------------------------
+
+    def prepare_db(self, db: str | None = None) -> None:
+        name = db or self.db
+        self.services.recreate_db(name)
+        subprocess.run(
+            [str(envs.APP_PY), "manage.py", "migrate", "-v0"],
+            cwd=REPO,
+            env=self.mcp_env(db=name),
+            check=True,
+        )
+
+    def start_mcp_web(self, key: str, *, db: str | None = None, conn_max_age: str | None = None) -> Web:
+        spec = MCP_WEB[key]
+        port = free_port()
+        extra = {"CONN_MAX_AGE": conn_max_age} if conn_max_age is not None else {}
+        name = key if db is None and conn_max_age is None else f"{key}-{db or 'main'}-{conn_max_age}"
+        log = self.logs / f"mcptasks-{name}.log"
+        proc = procs.start(spec["argv"](port), env=self.mcp_env(db=db, **extra), log=log, cwd=REPO)
+        base = f"http://127.0.0.1:{port}"
+        web = Web(key, spec["label"], f"{base}/mcp", base, proc, log, "mcptasks")
+        procs.wait_ready(web.url, proc, log)
+        self.webs[name] = web
+        return web
+
+    def start_mcp_workers(self, concurrency: int = 2) -> None:
+        log = self.logs / "mcptasks-celery.log"
+        argv = [
+            str(envs.APP_PY),
+            "-m",
+            "celery",
+            "-A",
+            "project",
+            "worker",
+            "--concurrency",
+            str(concurrency),
+            "-Q",
+            self.queue,
+            "-n",
+            f"{self.queue}@%h",
+            "--loglevel",
+            "WARNING",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+        ]
+        self.mcp_workers = procs.start(argv, env=self.mcp_env(), log=log, cwd=REPO)
+
+    def start_peer_web(self, workers: int = 1) -> Web:
+        port = free_port()
+        log = self.logs / "peer-web.log"
+        argv = [
+            str(envs.PEER_PY),
+            "-m",
+            "uvicorn",
+            "bench.peer_server:app",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--loop",
+            "uvloop",
+            "--http",
+            "httptools",
+            "--log-level",
+            "warning",
+            "--no-access-log",
+        ]
+        if workers > 1:
+            argv += ["--workers", str(workers)]
+        proc = procs.start(argv, env=self.peer_env(), log=log, cwd=REPO)
+        base = f"http://127.0.0.1:{port}"
+        web = Web("peer", PEER_LABEL, f"{base}/mcp", base, proc, log, "peer")
+        procs.wait_ready(web.url, proc, log)
+        self.webs["peer"] = web
+        return web
+
+    def start_peer_workers(self, count: int = 2) -> None:
+        for i in range(count):
+            log = self.logs / f"peer-worker-{i}.log"
+            argv = [str(envs.PEER_PY), "-m", "fastmcp_tasks.worker_cli", "worker", "bench/peer_server.py:mcp"]
+            self.peer_workers.append(procs.start(argv, env=self.peer_env(), log=log, cwd=REPO))
+
+    def stop_web(self, name: str) -> None:
+        web = self.webs.pop(name, None)
+        if web is not None:
+            procs.stop(web.proc)
+
+    # CPU groups ----------------------------------------------------------------------------
+
+    def cpu_groups(self, web: Web, db: str | None = None) -> dict[str, Callable[[], list]]:
+        """Process groups whose CPU the bench reports for a run against ``web``."""
+        if web.kind == "mcptasks":
+            workers = [self.mcp_workers.pid] if self.mcp_workers else []
+            name = db or self.db
+            return {
+                "web": lambda: procs.tree(web.pids()),
+                "workers": lambda: procs.tree(workers),
+                "postgres": lambda: procs.postgres_backends(name),
+                "redis": procs.redis_servers,
+            }
+        pw = [p.pid for p in self.peer_workers]
+        return {
+            "web": lambda: procs.tree(web.pids()),
+            "workers": lambda: procs.tree(pw),
+            "postgres": lambda: [],
+            "redis": procs.redis_servers,
+        }
+
+    def all_groups(self) -> dict[str, Callable[[], list]]:
+        pids = [w.proc.pid for w in self.webs.values()]
+        pids += [self.mcp_workers.pid] if self.mcp_workers else []
+        pids += [p.pid for p in self.peer_workers]
+        db = self.db
+        return {"stack": lambda: procs.tree(pids), "postgres": lambda: procs.postgres_backends(db)}
+
+    def wait_quiet(self, timeout: float = 120.0) -> float:
+        return procs.wait_quiet(self.all_groups(), below=0.12, timeout=timeout)
+
+    def pg_sessions(self, db: str | None = None) -> int:
+        """Sessions Postgres has opened on the database so far (PG 14+)."""
+        with psycopg.connect(self.services.libpq(db or self.db), autocommit=True) as conn:
+            row = conn.execute("SELECT sessions FROM pg_stat_database WHERE datname = current_database()").fetchone()
+            return int(row[0]) if row else 0
+
+    def shutdown(self, keep_db: bool = False) -> None:
+        procs.stop_all()
+        self.webs.clear()
+        try:
+            self.services.delete_keys(f"*{self.queue}*", f"{self.docket}*", "_kombu.binding.*" + self.queue + "*")
+        except Exception as exc:  # Redis gone: nothing to clean
+            print(f"bench: could not delete Redis keys: {exc}")
+        if not keep_db:
+            try:
+                self.services.drop_db(self.db)
+            except Exception as exc:
+                print(f"bench: could not drop {self.db}: {exc}")

@@ -1,0 +1,248 @@
+"""The bench suite: mcptasks against fastmcp-tasks, side by side, in one run.
+
+Started by ``python3 -m bench`` (which prepares the virtualenvs); runs inside
+bench/.venvs/app. Options: ``--quick``, ``--skip P4,profile,...``,
+``--write-docs`` / ``--no-docs``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from bench import envs, measures, procs, profiling, report, scale
+from bench.measures import Config, log
+from bench.stacks import Bench, Services
+
+REPO = envs.REPO
+RESULTS = REPO / "bench" / "results"
+DOC = REPO / "docs" / "performance.md"
+IMG = REPO / "docs" / "img"
+
+
+def _run(argv: list[str], **kw: Any) -> str:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=60, **kw).stdout.strip()
+    except Exception:
+        return "?"
+
+
+def machine() -> dict[str, Any]:
+    import psutil
+
+    cpu = "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "cpu": cpu,
+        "cores": psutil.cpu_count(),
+        "memory_gb": round(psutil.virtual_memory().total / 2**30),
+        "kernel": platform.release(),
+        "loadavg": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+    }
+
+
+def versions(services: Services) -> dict[str, str]:
+    def peer(pkg: str) -> str:
+        return _run([str(envs.PEER_PY), "-c", f"from importlib.metadata import version; print(version('{pkg}'))"])
+
+    pg = "?"
+    try:
+        with services.admin() as conn:
+            pg = conn.execute("SHOW server_version").fetchone()[0]
+    except Exception:
+        pass
+    try:
+        redis = services.redis_client().info("server")["redis_version"]
+    except Exception:
+        redis = "?"
+    wrk_v = _run(["sh", "-c", "wrk --version 2>&1 | head -1"]).split(" ")[1] if shutil.which("wrk") else "?"
+    return {
+        "python": platform.python_version(),
+        "django": metadata.version("django"),
+        "gunicorn": metadata.version("gunicorn"),
+        "uvicorn": metadata.version("uvicorn"),
+        "postgres": pg,
+        "redis": redis,
+        "fastmcp": peer("fastmcp"),
+        "fastmcp_tasks": peer("fastmcp-tasks"),
+        "pydocket": peer("pydocket"),
+        "wrk": wrk_v,
+    }
+
+
+def git_rev() -> str:
+    rev = _run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO)
+    dirty = _run(["git", "status", "--porcelain", "--", "mcptasks", "project", "requirements"], cwd=REPO)
+    return f"{rev}{' + uncommitted changes' if dirty else ''}"
+
+
+def database_settings(bench: Bench) -> str:
+    code = (
+        "import json; from django.db import connection as c; d = c.settings_dict; "
+        "print(json.dumps({'CONN_MAX_AGE': d.get('CONN_MAX_AGE'), 'pool': (d.get('OPTIONS') or {}).get('pool')}))"
+    )
+    out = subprocess.run(
+        [str(envs.APP_PY), "manage.py", "shell", "-c", code],
+        cwd=REPO,
+        env=bench.mcp_env(),
+        capture_output=True,
+        text=True,
+    )
+    return out.stdout.strip().splitlines()[-1] if out.returncode == 0 and out.stdout.strip() else "?"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(prog="python3 -m bench", description=__doc__)
+    ap.add_argument("--quick", action="store_true", help="a short pass (a few minutes)")
+    ap.add_argument("--skip", default="", help="comma list of: P1,P2,P3,P4,sweeps,profile,pgbench")
+    ap.add_argument("--mcptasks", default="uvicorn,gunicorn", help="mcptasks web configurations to run")
+    ap.add_argument("--peer-web-workers", type=int, default=1)
+    docs = ap.add_mutually_exclusive_group()
+    docs.add_argument("--write-docs", action="store_true", help="update docs/performance.md (default for full runs)")
+    docs.add_argument("--no-docs", action="store_true")
+    args = ap.parse_args()
+    skip = {s.strip().lower() for s in args.skip.split(",") if s.strip()}
+    cfg = Config.quick_mode() if args.quick else Config()
+    write_docs = args.write_docs or (not args.quick and not args.no_docs)
+
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    workdir = RESULTS / stamp
+    workdir.mkdir(parents=True, exist_ok=True)
+    latest = RESULTS / "latest"
+    if latest.is_symlink() or latest.exists():
+        latest.unlink()
+    latest.symlink_to(stamp)
+
+    services = Services()
+    bench = Bench(services, logs=workdir / "logs", poll_interval_ms=500)
+    mcp_names = [n.strip() for n in args.mcptasks.split(",") if n.strip()]
+    contenders = [mcp_names[0], "peer", *mcp_names[1:]]
+    results: dict[str, Any] = {
+        "started": time.strftime("%Y-%m-%d %H:%M"),
+        "config": cfg.__dict__,
+        "contenders": contenders,
+        "machine": machine(),
+        "git": git_rev(),
+        "records": [],
+    }
+    t0 = time.monotonic()
+    log(f"bench: {'quick' if cfg.quick else 'full'} run, results in {workdir.relative_to(REPO)}")
+    try:
+        results["versions"] = versions(services)
+        bench.prepare_db()
+        results["database"] = database_settings(bench)
+        log(f"mcptasks database settings: {results['database']}")
+        bench.start_mcp_workers(2)
+        for n in mcp_names:
+            bench.start_mcp_web(n)
+        bench.start_peer_web(args.peer_web_workers)
+        bench.start_peer_workers(2)
+        log("stacks up: " + ", ".join(f"{k} {w.url}" for k, w in bench.webs.items()))
+
+        results["loadgen"] = measures.loadgen_check(bench, cfg, bench.logs)
+        log(f"load generator check: {results['loadgen']}")
+
+        seeds = measures.seed(bench, [mcp_names[0], "peer"], cfg.p1_tasks, workdir)
+        measures.share_seeds(seeds, mcp_names, mcp_names[0])
+        log(f"seeded {cfg.p1_tasks} working and {cfg.p1_tasks} completed tasks on each side")
+
+        if "p1" not in skip:
+            results["records"] += measures.p1(bench, cfg, contenders, seeds)
+            if "sweeps" not in skip:
+                results["records"] += measures.p1_sweep(bench, cfg, contenders, seeds)
+        if "pgbench" not in skip:
+            results["pgbench"] = measures.pgbench(bench, cfg)
+            log(f"pgbench -S: {results['pgbench']}")
+
+        for name in (mcp_names[0], "peer"):
+            measures.cancel_seeded(bench, name, seeds[name]["working"])
+        log(f"cancelled the seeded sleep tasks; quiet after {bench.wait_quiet():.1f}s")
+
+        if "p2" not in skip:
+            results["records"] += measures.p2(bench, cfg, contenders)
+        if "p3" not in skip:
+            results["records"] += measures.p3(bench, cfg, contenders, 32, cfg.rounds)
+            if "sweeps" not in skip:
+                for conc in (c for c in cfg.p3_sweep if c != 32):
+                    results["records"] += measures.p3(bench, cfg, contenders, conc, 1, variant="P3-sweep")
+        if "profile" not in skip and not cfg.quick:
+            results["profile"] = profiling.run(bench, workdir, mcp_names, seeds)
+            results["inprocess"] = profiling.inprocess(bench)
+            log(f"in-process costs: {json.dumps(results['inprocess'])[:600]}")
+
+        bench.shutdown(keep_db=False)
+        if "p4" not in skip:
+            bench.logs.mkdir(parents=True, exist_ok=True)
+            results["p4"] = scale.run(bench, cfg, workdir, key="gunicorn" if "gunicorn" in mcp_names else mcp_names[0])
+    except KeyboardInterrupt:
+        log("interrupted")
+        raise
+    finally:
+        procs.stop_all()
+        bench.shutdown(keep_db=False)
+        results["elapsed_s"] = time.monotonic() - t0
+        (workdir / "results.json").write_text(json.dumps(results, indent=1, default=str))
+
+    text = report.table(results)
+    (workdir / "table.md").write_text(text)
+    plot_dir = IMG if write_docs else workdir
+    made = report.plots(results, plot_dir)
+    print()
+    print(report.machine_block(results))
+    print()
+    print(text)
+    if results.get("profile"):
+        print(profile_text(results))
+    if write_docs:
+        report.write_docs(results, DOC, made, profile_text(results) if results.get("profile") else "")
+        log(f"wrote {DOC.relative_to(REPO)} and {', '.join(str(p.relative_to(REPO)) for p in made)}")
+    log(f"done in {results['elapsed_s'] / 60:.1f} min; raw results: {(workdir / 'results.json').relative_to(REPO)}")
+
+
+def profile_text(results: dict[str, Any]) -> str:
+    lines = [
+        "### Where the time goes",
+        "",
+        "py-spy `--gil` samples (interpreter time) of the mcptasks processes under load; each sample is",
+        "attributed to the innermost known layer of its stack (`bench/profiling.py`).",
+        "",
+    ]
+    for name, data in results.get("profile", {}).items():
+        load = ", ".join(f"{k} {v:.0f}" for k, v in (data.get("load") or {}).items())
+        lines.append(f"- **{name}** ({data['samples']} samples; {load} while profiled):")
+        lines.append("  - layers: " + ", ".join(f"{k} {v} %" for k, v in data["layers"][:10]))
+        lines.append("  - inclusive: " + ", ".join(f"{k} {v} %" for k, v in data["inclusive"]))
+    ip = results.get("inprocess") or {}
+    if ip and "error" not in ip:
+        lines.append("")
+        lines.append("In-process, one request at a time through Django's test client (no HTTP server; the")
+        lines.append("ASGI fast path for /mcp, if any, is not on this path):")
+        lines.append("")
+        for k, v in ip.items():
+            if isinstance(v, dict) and "us" in v:
+                sql = f", {len(v['sql'])} SQL statements" if "sql" in v else ""
+                lines.append(f"- {k}: {v['us']:.0f} µs{sql}")
+                for q in v.get("sql", []):
+                    lines.append(f"  - `{q[:150]}`")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    if Path(sys.prefix).resolve() != envs.APP_VENV.resolve():
+        print("run the bench with: python3 -m bench", file=sys.stderr)
+    main()
