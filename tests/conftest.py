@@ -72,36 +72,19 @@ def pid_alive(pid: int) -> bool:
 
 
 @pytest.fixture(scope="session")
-def django_db_setup(django_db_setup: Any) -> Iterator[None]:
-    """pytest-django's test database, plus: before it is dropped, close the
-    connections the endpoint's own worker threads opened to it (otherwise
-    the drop fails with "being accessed by other users")."""
+def django_db_setup(django_db_setup: Any, django_db_blocker: Any) -> Iterator[None]:
+    """pytest-django's test database, plus: before it is dropped, end the
+    other sessions on it. The endpoint does its database work on its own
+    threads, whose connections would otherwise stay open and make the drop
+    fail ("being accessed by other users")."""
     yield
-    close_endpoint_threads()
+    from django.db import connection
 
-
-def close_endpoint_threads() -> None:
-    from concurrent.futures import ThreadPoolExecutor
-
-    from django.db import connections
-
-    from mcptasks import views
-
-    executor = getattr(views, "_executor", None)
-    if not isinstance(executor, ThreadPoolExecutor):
-        return
-    size = executor._max_workers
-    barrier = threading.Barrier(size, timeout=10)
-
-    def close() -> None:
-        # Every thread takes one job (the barrier holds each until all have
-        # one), so every thread closes its own connections.
-        with contextlib.suppress(threading.BrokenBarrierError):
-            barrier.wait()
-        connections.close_all()
-
-    for future in [executor.submit(close) for _ in range(size)]:
-        future.result(timeout=30)
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
 
 
 @pytest.fixture

@@ -172,6 +172,21 @@ def test_optional_tool_is_inline_without_the_extension(live):
     assert "inline" in text(reply.result)
 
 
+def test_auto_mode_tool(live):
+    """``task="auto"``: a task when the run outlasts the budget; without the
+    extension always inline."""
+    slow = live.call_tool("maybe_slow", {"seconds": 3}).result
+    assert slow["resultType"] == "task"
+    assert live.wait_for(slow["taskId"], timeout=20)["status"] == "completed"
+    quick = live.call_tool("maybe_slow", {"seconds": 0}).result
+    if quick["resultType"] == "task":  # the worker was slower than the budget
+        assert live.wait_for(quick["taskId"])["status"] == "completed"
+    else:
+        assert quick["resultType"] == "complete" and quick["content"]
+    inline = live.call_tool("maybe_slow", {"seconds": 0}, capabilities=NO_CAPS).result
+    assert inline["resultType"] == "complete" and "taskId" not in inline
+
+
 def test_many_tasks_at_once(live):
     ids = [
         live.create_task("slow_compute", {"seconds": 0.2, "label": f"n{i}"}, capabilities=TASKS_CAPS) for i in range(12)

@@ -112,3 +112,30 @@ def test_task_that_keeps_losing_its_worker_fails(live, live_stack):
     assert str(max_attempts) in final["error"]["message"]
     assert final.get("statusMessage")
     assert "result" not in final
+
+
+def test_web_process_crash_loses_nothing(live, live_stack):
+    """The web process holds no task state: after a SIGKILL and a restart,
+    a task created before the crash is still there and finishes."""
+    task_id = live.create_task("slow_compute", {"seconds": 3, "label": "across-restart"})
+    live_stack.crash("web")
+    live_stack.restart("web")
+    final = live.wait_for(task_id, timeout=30)
+    assert final["status"] == "completed"
+    assert "across-restart" in final["result"]["content"][0]["text"]
+
+
+def test_whole_worker_crash_is_recovered_by_a_new_worker(live, live_stack):
+    """SIGKILL the Celery main process and its pool (the message stays
+    unacknowledged in Redis); a new worker plus the sweeper finish the task."""
+    task_id = live.create_task("slow_compute", {"seconds": 4, "label": "new-worker"})
+    first = wait_for_new_run(live_stack, task_id, set())
+    live_stack.crash("worker")
+    live_stack.restart("worker")
+    row = sweep_until(
+        live_stack, task_id, lambda r: r["lease_owner"] not in ("", first["lease_owner"]) or r["status"] in TERMINAL
+    )
+    assert row["status"] != "failed", row
+    final = live.wait_for(task_id, timeout=30)
+    assert final["status"] == "completed"
+    assert "new-worker" in final["result"]["content"][0]["text"]

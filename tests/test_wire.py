@@ -471,6 +471,21 @@ def test_someone_elses_task_looks_unknown(rpc):
     assert Task.objects.get(pk=theirs.id).status == TaskStatus.WORKING
 
 
+def test_a_purged_task_is_not_found(rpc):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    done = completed_task(owner=ANON)
+    assert rpc.tasks_get(done.id).result["status"] == "completed"
+    Task.objects.filter(pk=done.id).update(expires_at=timezone.now() - timedelta(seconds=1))
+    assert lifecycle.purge_expired() == 1
+    gone = rpc.tasks_get(done.id)
+    unknown = rpc.tasks_get("y" * len(done.id))
+    assert gone.error["code"] == -32602
+    assert (gone.status, gone.error) == (unknown.status, unknown.error)
+
+
 def test_detailed_task_for_each_status(rpc):
     working = running_task(owner=ANON)
     waiting = waiting_task(owner=ANON, keys=["pick"])

@@ -135,6 +135,7 @@ class LiveStack:
     env: dict[str, str]
     log_dir: Path
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    argv: dict[str, list[str]] = field(default_factory=dict)
 
     # Database access ------------------------------------------------------------------
 
@@ -200,6 +201,23 @@ class LiveStack:
         )
         log.close()
         self.procs[name] = proc
+        self.argv[name] = list(argv)
+        return proc
+
+    def crash(self, name: str) -> None:
+        """SIGKILL a process and all its children (no clean shutdown)."""
+        proc = self.procs[name]
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+    def restart(self, name: str) -> subprocess.Popen[bytes]:
+        """Start ``name`` again with the same command (after ``crash``)."""
+        if self.procs[name].poll() is None:
+            kill_group(self.procs[name])
+        proc = self.start(name, self.argv[name])
+        if name == "web":
+            wait_http(self.url, proc, self.log_dir / "web.log")
         return proc
 
     def stop(self) -> None:
