@@ -319,6 +319,12 @@ def test_required_task_tool_without_the_extension_is_32021(rpc):
     assert not Task.objects.exists()
 
 
+def test_undeclared_sampling_capability_is_32021(rpc):
+    reply = rpc.call_tool("test_missing_capability", {}, capabilities=NO_CAPS)
+    error = assert_error(reply, -32021, 400)
+    assert error["data"]["requiredCapabilities"] == {"sampling": {}}
+
+
 def test_legacy_task_param_is_ignored(rpc):
     legacy = {"task": {"ttl": 60000, "pollInterval": 100}}
     reply = rpc.call_tool("greet", {"name": "legacy-hint"}, extra=legacy)
