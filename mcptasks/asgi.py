@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import tempfile
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -36,14 +37,63 @@ class MCPHandler(ASGIHandler):
     def load_middleware(self, is_async: bool = False) -> None:
         """No middleware on this path (see the module docstring)."""
 
+    async def _refuse_oversized(self, scope: Scope, send: Send) -> bool:
+        """413 at once for an announced length over ``MAX_BODY_BYTES``: the
+        body is never read."""
+        from .conf import settings
+
+        limit = settings.MAX_BODY_BYTES
+        if limit is None:
+            return False
+        for name, value in scope.get("headers", []):
+            if name == b"content-length":
+                try:
+                    announced = int(value)
+                except ValueError:
+                    return False  # the view answers a malformed length
+                if announced > limit:
+                    await self.send_response(_too_large_response(), send)
+                    return True
+        return False
+
+    async def read_body(self, receive: Receive) -> Any:
+        """The body, but never more than ``MAX_BODY_BYTES`` of it (a chunked
+        body that grows past the limit is refused while it arrives)."""
+        from .conf import settings
+
+        limit = settings.MAX_BODY_BYTES
+        body = tempfile.SpooledTemporaryFile(max_size=1024 * 1024, mode="w+b")  # noqa: SIM115 (handed to the request)
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                body.close()
+                raise RequestAborted()
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if limit is not None and size > limit:
+                body.close()
+                raise _BodyTooLarge()
+            body.write(chunk)
+            if not message.get("more_body", False):
+                break
+        body.seek(0)
+        return body
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         from .views import mcp_endpoint
 
         if scope["type"] != "http":
             raise ValueError(f"MCPHandler serves HTTP, not {scope['type']!r}")
+        too_large = await self._refuse_oversized(scope, send)
+        if too_large:
+            return
         try:
             body = await self.read_body(receive)
         except RequestAborted:
+            return
+        except _BodyTooLarge:
+            await self.send_response(_too_large_response(), send)
             return
         set_script_prefix(scope.get("root_path", "") or "/")
         request, error = self.create_request(scope, body)
@@ -68,6 +118,18 @@ class MCPHandler(ASGIHandler):
                 with contextlib.suppress(asyncio.CancelledError, RequestAborted):
                     await task
             body.close()
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+def _too_large_response() -> Any:
+    from .conf import settings
+    from .limits import RequestTooLarge
+    from .views import error_response
+
+    return error_response(RequestTooLarge(settings.MAX_BODY_BYTES or 0), status=413)
 
 
 def mcp_router(django_app: ASGIApp, *, path: str = "/mcp") -> ASGIApp:

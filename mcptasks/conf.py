@@ -83,6 +83,8 @@ class MCPTasksSettings:
     #: Threads per web process for the endpoint's database work (each keeps
     #: one database connection).
     WEB_THREADS: int = 8
+    #: Threads per web process for tools that run inline (within tools/call).
+    INLINE_TOOL_THREADS: int = 32
     #: Celery queue for tool runs.
     CELERY_QUEUE: str | None = None
     #: Allowed ``Origin`` values (scheme://host[:port]); ``None`` allows only

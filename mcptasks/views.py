@@ -10,6 +10,7 @@ import json
 import logging
 import math
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import urlsplit
@@ -28,7 +29,7 @@ from .errors import INTERNAL_ERROR, INVALID_REQUEST, ProtocolError
 from .identity import Caller, NotAuthenticated, identify
 from .limits import RateLimited
 from .wire import jsonrpc, legacy, modern
-from .wire.streaming import SSE_HEADERS, Stream
+from .wire.streaming import SSE_HEADERS, Deferred, Stream
 
 logger = logging.getLogger("mcptasks.views")
 
@@ -63,7 +64,10 @@ def origin_allowed(origin: str) -> bool:
     allowed = settings.ALLOWED_ORIGINS
     if allowed is not None:
         return origin in allowed
-    host = urlsplit(origin).hostname
+    try:
+        host = urlsplit(origin).hostname
+    except ValueError:  # e.g. "http://[" : not an origin at all
+        return False
     if not host:
         return False
     if host in _LOOPBACK:
@@ -120,8 +124,15 @@ def read_body(request: HttpRequest) -> bytes:
     return body
 
 
-_executor: ThreadPoolExecutor | None = None
-_executor_lock = threading.Lock()
+_pools: dict[str, ThreadPoolExecutor] = {}
+_pools_lock = threading.Lock()
+
+
+def _pool(name: str, size: int) -> ThreadPoolExecutor:
+    with _pools_lock:
+        if name not in _pools:
+            _pools[name] = ThreadPoolExecutor(max_workers=size, thread_name_prefix=f"mcptasks-{name}")
+        return _pools[name]
 
 
 def worker_threads() -> ThreadPoolExecutor:
@@ -131,11 +142,13 @@ def worker_threads() -> ThreadPoolExecutor:
     under ASGI, so a persistent connection would never be reused; a fixed
     pool keeps one connection per thread, checked as Django checks them.
     """
-    global _executor
-    with _executor_lock:
-        if _executor is None:
-            _executor = ThreadPoolExecutor(max_workers=settings.WEB_THREADS, thread_name_prefix="mcptasks-web")
-        return _executor
+    return _pool("web", settings.WEB_THREADS)
+
+
+def tool_threads() -> ThreadPoolExecutor:
+    """Threads for tools that run inline, so that slow inline calls never
+    hold the web threads that polls need."""
+    return _pool("tools", settings.INLINE_TOOL_THREADS)
 
 
 @csrf_exempt
@@ -162,7 +175,18 @@ async def mcp_endpoint(request: HttpRequest) -> HttpResponse:
         limits.check_depth(data)
     except ProtocolError as exc:
         return error_response(exc, status=exc.http_status or 400)
-    return await sync_to_async(_serve_post, thread_sensitive=False, executor=worker_threads())(request, data)
+    served = await sync_to_async(_serve_post, thread_sensitive=False, executor=worker_threads())(request, data)
+    if isinstance(served, PendingReply):
+        return await sync_to_async(_finish, thread_sensitive=False, executor=tool_threads())(served)
+    return served
+
+
+class PendingReply:
+    """A modern reply whose blocking part (``Deferred``) is still to run."""
+
+    def __init__(self, deferred: Deferred, message: jsonrpc.Message) -> None:
+        self.deferred = deferred
+        self.message = message
 
 
 def _with_connections(serve: Any) -> Any:
@@ -187,7 +211,7 @@ def _serve_session_request(request: HttpRequest) -> HttpResponse:
 
 
 @_with_connections
-def _serve_post(request: HttpRequest, data: Any) -> HttpResponse:
+def _serve_post(request: HttpRequest, data: Any) -> HttpResponse | PendingReply:
     if is_legacy(request, data):
         caller = _authenticated(request, data.get("id") if isinstance(data, dict) else None)
         if isinstance(caller, HttpResponse):
@@ -202,8 +226,18 @@ def _serve_post(request: HttpRequest, data: Any) -> HttpResponse:
         return caller
     if message.is_notification:
         return HttpResponse(status=202)
+    return _answer(message, lambda: modern.handle(message, caller, lowercase_headers(request)))
+
+
+@_with_connections
+def _finish(pending: PendingReply) -> HttpResponse:
+    return _answer(pending.message, pending.deferred.compute)
+
+
+def _answer(message: jsonrpc.Message, compute: Callable[[], Any]) -> HttpResponse | PendingReply:
+    """Run a handler and turn what it gives (or raises) into a response."""
     try:
-        reply = modern.handle(message, caller, lowercase_headers(request))
+        reply = compute()
     except ProtocolError as exc:
         return error_response(exc, message.id, status=modern.http_status(exc))
     except DatabaseError:
@@ -213,6 +247,8 @@ def _serve_post(request: HttpRequest, data: Any) -> HttpResponse:
     except Exception:
         logger.exception("unexpected error serving %s", message.method)
         return error_response(ProtocolError(INTERNAL_ERROR, "Internal error"), message.id, status=500)
+    if isinstance(reply, Deferred):
+        return PendingReply(reply, message)
     return reply_response(reply, message.id)
 
 

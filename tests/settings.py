@@ -16,6 +16,9 @@ from project.settings import *  # noqa: F403
 from project.settings import DATABASES, MCPTASKS
 
 DATABASES["default"].setdefault("TEST", {})["NAME"] = f"test_{DATABASES['default']['NAME']}_{os.getpid()}"
+# The endpoint's own threads hold no connection between requests here, so the
+# test database can be dropped at the end of the run.
+DATABASES["default"]["CONN_MAX_AGE"] = 0
 
 CELERY_BROKER_URL = "memory://"
 CELERY_BROKER_TRANSPORT_OPTIONS = {"polling_interval": 0.02}

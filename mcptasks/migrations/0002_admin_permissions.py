@@ -4,18 +4,24 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('mcptasks', '0001_initial'),
+        ("mcptasks", "0001_initial"),
     ]
 
     operations = [
         migrations.AlterModelOptions(
-            name='task',
-            options={'ordering': ['-created_at'], 'permissions': [('cancel_task', 'Can cancel running or waiting tasks'), ('expire_task', 'Can expire finished tasks now'), ('retry_task', 'Can retry failed or cancelled tasks')]},
+            name="task",
+            options={
+                "ordering": ["-created_at"],
+                "permissions": [
+                    ("cancel_task", "Can cancel running or waiting tasks"),
+                    ("expire_task", "Can expire finished tasks now"),
+                    ("retry_task", "Can retry failed or cancelled tasks"),
+                ],
+            },
         ),
         migrations.AddIndex(
-            model_name='task',
-            index=models.Index(fields=['-created_at', 'id'], name='mcptasks_created'),
+            model_name="task",
+            index=models.Index(fields=["-created_at", "id"], name="mcptasks_created"),
         ),
     ]

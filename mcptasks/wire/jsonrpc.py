@@ -45,7 +45,9 @@ def error(request_id: RequestId | None, exc: ProtocolError) -> dict[str, Any]:
 def decode(raw: bytes) -> Any:
     try:
         return json.loads(raw)
-    except (ValueError, UnicodeDecodeError, RecursionError):
+    except RecursionError:
+        raise ProtocolError(INVALID_REQUEST, "Invalid Request: JSON nested too deeply") from None
+    except (ValueError, UnicodeDecodeError):
         raise ProtocolError(PARSE_ERROR, "Parse error: the body is not valid JSON") from None
 
 

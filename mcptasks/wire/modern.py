@@ -44,7 +44,7 @@ from ..models import Era, InputRequest, InputRequestState, Task, TaskStatus
 from ..registry import Tool, registry
 from ..waiting import wait_for_terminal
 from .jsonrpc import Message
-from .streaming import Stream, threaded_call
+from .streaming import Deferred, Stream, threaded_call
 from .subscriptions import listen_stream
 
 PROTOCOL_VERSION = "2026-07-28"
@@ -282,7 +282,7 @@ def load_request_state(state: Any, owner: str, tool: str, arguments: Any) -> dic
 
 META_LOG_LEVEL = "io.modelcontextprotocol/logLevel"
 
-Reply = dict[str, Any] | Stream
+Reply = dict[str, Any] | Stream | Deferred
 
 
 class Request:
@@ -421,6 +421,8 @@ def call_tool(req: Request) -> Reply:
     subject = f"tool:{tool.name}"
     answers = _mrtr_answers(req, subject, arguments)
     if wants_task and not tool.starts_inline:
+        if tool.task == "auto":  # waits a little for the result: not on a web thread
+            return Deferred(lambda: _create_task(req, tool, arguments, {}))
         return _create_task(req, tool, arguments, {})
 
     def run(ctx: ToolContext) -> dict[str, Any]:
@@ -438,7 +440,10 @@ def call_tool(req: Request) -> Reply:
         except TaskCancelled:
             raise ProtocolError(INTERNAL_ERROR, "The call was cancelled") from None
 
-    return _inline(req, answers, run, can_hand_off=wants_task)
+    if req.wants_notifications:
+        return _inline(req, answers, run, can_hand_off=wants_task)
+    # The tool's own run happens off the web threads, which stay free for polls.
+    return Deferred(lambda: _inline(req, answers, run, can_hand_off=wants_task))
 
 
 def _create_task(
@@ -621,6 +626,7 @@ def _task_for(req: Request) -> Task:
 
 def get_task(req: Request) -> Reply:
     task = _task_for(req)
+    limits.throttle_poll(req.caller.owner, task.id, task.poll_interval_ms)
     # Audit: a read of a finished task's outcome (no cost while it runs).
     lifecycle.note_result_retrieved(task, actor=lifecycle.client_actor(req.caller.owner))
     return complete(detailed_task(task))

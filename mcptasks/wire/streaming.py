@@ -48,6 +48,14 @@ class Stream:
             yield KEEPALIVE if message is None else sse_event(message)
 
 
+class Deferred:
+    """A reply still to be computed, by blocking work (a tool's inline run)
+    that the endpoint runs on its tool threads rather than its web threads."""
+
+    def __init__(self, compute: Callable[[], Any]) -> None:
+        self.compute = compute
+
+
 def threaded_call(
     request_id: jsonrpc.RequestId,
     work: Callable[[Notify, threading.Event], dict[str, Any]],
