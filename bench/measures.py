@@ -28,8 +28,8 @@ class Config:
     p1_tasks: int = 500
     sweep_seconds: float = 5.0
     p1_sweep: list[int] = field(default_factory=lambda: [1, 4, 16, 32, 64])
-    p2_n1: int = 300
-    p2_n32: int = 1500
+    p2_n1: int = 200
+    p2_n32: int = 500
     p3_seconds: float = 8.0
     p3_warmup: float = 2.0
     p3_poll: float = 0.02
@@ -39,7 +39,7 @@ class Config:
     p4_purge: int = 1_000_000
     p4_pollers: int = 16
     p4_poll_interval: float = 0.25
-    p4_purge_cap: float = 240.0
+    p4_purge_cap: float = 150.0
     pgbench_seconds: float = 8.0
 
     @classmethod
@@ -50,16 +50,16 @@ class Config:
             p1_seconds=4.0,
             p1_tasks=200,
             sweep_seconds=3.0,
-            p1_sweep=[1, 8, 32],
+            p1_sweep=[],
             p2_n1=100,
-            p2_n32=400,
+            p2_n32=300,
             p3_seconds=4.0,
             p3_warmup=1.0,
-            p3_sweep=[1, 8, 32],
+            p3_sweep=[],
             p4_small=10_000,
-            p4_large=1_000_000,
-            p4_purge=100_000,
-            p4_purge_cap=60.0,
+            p4_large=300_000,
+            p4_purge=50_000,
+            p4_purge_cap=30.0,
             pgbench_seconds=4.0,
         )
 
@@ -182,31 +182,33 @@ def loadgen_check(bench: Bench, cfg: Config, logs: Path) -> dict[str, Any]:
 
 
 def pgbench(bench: Bench, cfg: Config) -> dict[str, Any]:
-    """pgbench's built-in select-only script (a primary-key SELECT on
-    pgbench_accounts), 32 clients, in a scratch database."""
+    """Database floors, in a scratch database: pgbench's built-in select-only
+    script (a primary-key SELECT on pgbench_accounts, 32 clients), and the
+    durable-commit floor: a one-row INSERT per transaction, 1 and 32 clients
+    (every task creation and state change commits at least once)."""
     name = f"{bench.db}_pgbench"
     bench.services.recreate_db(name)
+    secs = str(int(cfg.pgbench_seconds))
+
+    def bench_run(argv: list[str]) -> dict[str, Any]:
+        out = subprocess.run(["pgbench", "-n", *argv, "-T", secs, conn], check=True, capture_output=True, text=True)
+        m = re.search(r"tps = ([\d.]+) \(without initial connection time\)", out.stdout)
+        lat = re.search(r"latency average = ([\d.]+) ms", out.stdout)
+        return {"tps": float(m.group(1)) if m else 0.0, "latency_ms": float(lat.group(1)) if lat else None}
+
     try:
         conn = bench.services.libpq(name)
         subprocess.run(["pgbench", "-i", "-q", "-s", "10", conn], check=True, capture_output=True)
-        results = []
+        results: dict[str, Any] = {}
         for mode in ("simple", "prepared"):
-            out = subprocess.run(
-                ["pgbench", "-n", "-S", "-M", mode, "-c", "32", "-j", "2", "-T", str(int(cfg.pgbench_seconds)), conn],
-                check=True,
-                capture_output=True,
-                text=True,
-            ).stdout
-            m = re.search(r"tps = ([\d.]+) \(without initial connection time\)", out)
-            lat = re.search(r"latency average = ([\d.]+) ms", out)
-            results.append(
-                {
-                    "mode": mode,
-                    "tps": float(m.group(1)) if m else 0.0,
-                    "latency_ms": float(lat.group(1)) if lat else None,
-                }
+            results[mode] = bench_run(["-S", "-M", mode, "-c", "32", "-j", "2"])
+        script = bench.logs / "commit.sql"
+        script.write_text("INSERT INTO pgbench_history (tid, bid, aid, delta, mtime) VALUES (1, 1, 1, 1, now());\n")
+        for clients in (1, 32):
+            results[f"commit_c{clients}"] = bench_run(
+                ["-f", str(script), "-c", str(clients), "-j", "2" if clients > 1 else "1"]
             )
-        return {"simple": results[0], "prepared": results[1]}
+        return results
     finally:
         bench.services.drop_db(name)
 
@@ -392,15 +394,18 @@ def p2(bench: Bench, cfg: Config, contenders: list[str]) -> list[dict]:
 # P3: end to end -------------------------------------------------------------------------------------
 
 
-def p3(bench: Bench, cfg: Config, contenders: list[str], conc: int, rounds: int, variant: str = "") -> list[dict]:
+def p3(
+    bench: Bench, cfg: Config, contenders: list[str], conc: int, rounds: int, variant: str = "", seconds: float = 0.0
+) -> list[dict]:
     recs = []
+    seconds = seconds or cfg.p3_seconds
     for r in range(rounds):
         for name in _order(contenders, r):
             url = bench.webs[name].url
             e, cpu = _cpu_run(
                 bench,
                 name,
-                lambda url=url: client.run(client.end_to_end(url, conc, cfg.p3_seconds, cfg.p3_warmup, cfg.p3_poll)),
+                lambda url=url: client.run(client.end_to_end(url, conc, seconds, cfg.p3_warmup, cfg.p3_poll)),
             )
             lat = [x * 1000 for x in e.latencies]
             rec = {

@@ -100,8 +100,13 @@ def attribute(frames: list[str]) -> str:
     return f"other: {leaf[:60]}"
 
 
-def analyze(raw: Path) -> dict[str, Any]:
+def analyze(raw: Path, within: str | None = None) -> dict[str, Any]:
+    """Layer shares; with ``within`` (a regex on a frame), only of the stacks
+    that pass through that frame (e.g. the time inside one task run)."""
     stacks = parse(raw)
+    if within:
+        rx = re.compile(within)
+        stacks = [(f, n) for f, n in stacks if any(rx.search(x) for x in f)]
     total = sum(n for _, n in stacks) or 1
     layers: Counter[str] = Counter()
     leaves: Counter[str] = Counter()
@@ -121,7 +126,9 @@ def analyze(raw: Path) -> dict[str, Any]:
     }
 
 
-def spy(pid: int, seconds: float, out: Path, rate: int = 200) -> subprocess.Popen[bytes]:
+def spy(pid: int, seconds: float, out: Path, rate: int = 200, wall: bool = False) -> subprocess.Popen[bytes]:
+    """``wall``: every thread, waiting or not (``--idle``), for wall-clock
+    shares of where a request or a run spends its time."""
     py_spy = envs.APP_VENV / "bin" / "py-spy"
     return subprocess.Popen(
         [
@@ -130,7 +137,7 @@ def spy(pid: int, seconds: float, out: Path, rate: int = 200) -> subprocess.Pope
             "--pid",
             str(pid),
             "--subprocesses",
-            "--gil",
+            "--idle" if wall else "--gil",
             "-r",
             str(rate),
             "-d",
@@ -145,8 +152,8 @@ def spy(pid: int, seconds: float, out: Path, rate: int = 200) -> subprocess.Pope
     )
 
 
-def _profile(pid: int, seconds: float, out: Path, load) -> dict[str, Any]:
-    proc = spy(pid, seconds, out)
+def _profile(pid: int, seconds: float, out: Path, load, wall_within: str | None = None) -> dict[str, Any]:
+    proc = spy(pid, seconds, out, wall=wall_within is not None)
     time.sleep(0.5)
     result: dict[str, Any] = {}
     t = threading.Thread(target=lambda: result.update(load() or {}))
@@ -155,8 +162,10 @@ def _profile(pid: int, seconds: float, out: Path, load) -> dict[str, Any]:
     _, err = proc.communicate(timeout=seconds + 30)
     if not out.exists():
         raise RuntimeError(f"py-spy failed: {err.decode()[-400:]}")
-    data = analyze(out)
+    data = analyze(out, wall_within)
     data["load"] = result
+    if wall_within:
+        data["wall_within"] = wall_within
     return data
 
 
@@ -195,6 +204,29 @@ def run(bench: Bench, workdir: Path, names: list[str], ids: dict[str, dict[str, 
         out["celery workers, no-op tasks end to end"] = data
         log(f"profile celery: {data['samples']} samples, top layers {data['layers'][:4]}")
         bench.wait_quiet()
+        # Wall clock inside a task run: what a run waits on, not only what it computes.
+        data = _profile(
+            bench.mcp_workers.pid,
+            seconds,
+            workdir / "spy-celery-e2e-wall.txt",
+            lambda: {"tasks_per_s": client.run(client.end_to_end(web.url, 32, seconds - 2, 0.5, 0.02)).rate},
+            wall_within=r"^run_task \(mcptasks/execution\.py",
+        )
+        out["celery workers, wall clock inside execution.run_task"] = data
+        log(f"profile celery wall: {data['samples']} samples, top layers {data['layers'][:4]}")
+        bench.wait_quiet()
+    web = bench.webs[names[0]]
+    noop = workdir / "tool-noop.txt"
+    data = _profile(
+        web.proc.pid,
+        seconds,
+        workdir / f"spy-{names[0]}-tools_call-wall.txt",
+        lambda: {"rps": wrk.run(web.url, "call", ids_file=noop, connections=32, duration=seconds - 1)["rps"]},
+        wall_within=r"^call_tool \(mcptasks/wire/modern\.py",
+    )
+    out[f"{names[0]} tools/call, wall clock inside call_tool"] = data
+    log(f"profile {names[0]} tools/call wall: {data['samples']} samples, top layers {data['layers'][:4]}")
+    bench.wait_quiet()
     return out
 
 

@@ -113,9 +113,15 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
             e["floor"] += "; new Postgres sessions per 1k polls: " + ", ".join(f"{n} {fmt(v)}" for n, v in sess.items())
             e["pct_floor"] = pct
     # P2
+    commit = ""
+    if pg.get("commit_c1"):
+        commit = (
+            f"durable commit floor (pgbench, 1-row INSERT): {fmt(pg['commit_c1']['latency_ms'], 'ms')} at 1 client, "
+            f"{fmt(pg['commit_c32']['tps'])} commits/s at 32"
+        )
     for conc in (1, 32):
         for field, what in (("p50_ms", "p50"), ("p99_ms", "p99")):
-            row(
+            e = row(
                 f"P2 tools/call {what}, {conc} caller{'s' if conc > 1 else ''}",
                 "P2",
                 f"c{conc}",
@@ -124,6 +130,8 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
                 higher_better=False,
                 goal="p50 ≤ 5 ms, p99 ≤ 20 ms, ≤ peer",
             )
+            if conc == 1 and what == "p50" and commit:
+                e["floor"] = commit
     # P3
     row("P3 no-op tasks/s, create→terminal, 32 clients", "P3", "c32", "/s", goal="≥ 1.5× peer")
     return s

@@ -105,12 +105,27 @@ class ScaleDb:
             exprs.append(expr)
         return cols, exprs
 
+    def _secondary_indexes(self, conn: psycopg.Connection) -> list[tuple[str, str]]:
+        """(name, CREATE INDEX statement) of the indexes that back no constraint."""
+        return conn.execute(
+            "SELECT i.indexname, i.indexdef FROM pg_indexes i "
+            "WHERE i.tablename IN ('mcptasks_task', 'mcptasks_taskevent') AND i.schemaname = current_schema() "
+            "AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conname = i.indexname)"
+        ).fetchall()
+
     def insert(self, lo: int, hi: int) -> float:
-        """Rows ``lo..hi`` (inclusive), plus the events of the expired ones."""
+        """Rows ``lo..hi`` (inclusive), plus the events of the expired ones.
+
+        A big batch goes in without the secondary indexes, which are then
+        rebuilt from their own definitions (much faster than maintaining them
+        row by row); the schema ends exactly as the migrations made it."""
         t0 = time.monotonic()
         with self.connect() as conn:
             conn.execute("SET synchronous_commit = off")
-            conn.execute("SET maintenance_work_mem = '512MB'")
+            conn.execute("SET maintenance_work_mem = '1GB'")
+            indexes = self._secondary_indexes(conn) if hi - lo > 200_000 else []
+            for name, _ in indexes:
+                conn.execute(f'DROP INDEX "{name}"')
             cols, exprs = self._select_list(conn)
             step = 1_000_000
             for a in range(lo, hi + 1, step):
@@ -127,8 +142,10 @@ class ScaleDb:
                         f"FROM generate_series({a}, {e_hi}) AS g, "
                         "(VALUES ('created', '', 'working'), ('transition', 'working', 'completed')) AS k(kind, f, t)"
                     )
-            conn.execute("VACUUM ANALYZE mcptasks_task")
-            conn.execute("VACUUM ANALYZE mcptasks_taskevent")
+            for _, ddl in indexes:
+                conn.execute(ddl)
+            conn.execute("ANALYZE mcptasks_task")
+            conn.execute("ANALYZE mcptasks_taskevent")
         return time.monotonic() - t0
 
     def stats(self) -> dict[str, Any]:

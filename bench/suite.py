@@ -179,7 +179,9 @@ def main() -> None:
             results["records"] += measures.p3(bench, cfg, contenders, 32, cfg.rounds)
             if "sweeps" not in skip:
                 for conc in (c for c in cfg.p3_sweep if c != 32):
-                    results["records"] += measures.p3(bench, cfg, contenders, conc, 1, variant="P3-sweep")
+                    results["records"] += measures.p3(
+                        bench, cfg, contenders, conc, 1, variant="P3-sweep", seconds=cfg.sweep_seconds
+                    )
         if "profile" not in skip and not cfg.quick:
             results["profile"] = profiling.run(bench, workdir, mcp_names, seeds)
             results["inprocess"] = profiling.inprocess(bench)
@@ -188,7 +190,7 @@ def main() -> None:
         bench.shutdown(keep_db=False)
         if "p4" not in skip:
             bench.logs.mkdir(parents=True, exist_ok=True)
-            results["p4"] = scale.run(bench, cfg, workdir, key="gunicorn" if "gunicorn" in mcp_names else mcp_names[0])
+            results["p4"] = scale.run(bench, cfg, workdir, key=mcp_names[0])
     except KeyboardInterrupt:
         log("interrupted")
         raise
