@@ -218,11 +218,13 @@ def pgbench(bench: Bench, cfg: Config) -> dict[str, Any]:
 
 def _poll_run(bench: Bench, name: str, ids: Path, connections: int, seconds: float) -> dict[str, Any]:
     web = bench.webs[name]
+    gate = bench.wait_machine_quiet()
     s0 = bench.pg_sessions() if web.kind == "mcptasks" else 0
     data, cpu = _cpu_run(
         bench, name, lambda: wrk.measured(web.url, "get", ids_file=ids, connections=connections, duration=seconds)
     )
     data["cpu"] = cpu
+    data.update(gate)
     if web.kind == "mcptasks":
         data["pg_sessions_per_1k"] = round(1000 * (bench.pg_sessions() - s0) / max(data["requests"], 1), 2)
     return data
@@ -230,10 +232,12 @@ def _poll_run(bench: Bench, name: str, ids: Path, connections: int, seconds: flo
 
 def _bare_run(bench: Bench, name: str, path: str, seconds: float) -> dict[str, Any]:
     web = bench.webs[name]
+    gate = bench.wait_machine_quiet()
     data, cpu = _cpu_run(
         bench, name, lambda: wrk.measured(f"{web.base}{path}", "bare", connections=32, duration=seconds)
     )
     data["cpu"] = cpu
+    data.update(gate)
     return data
 
 
@@ -248,6 +252,8 @@ def _slim(data: dict[str, Any]) -> dict[str, Any]:
         "cpu",
         "requests",
         "pg_sessions_per_1k",
+        "gate_wait_s",
+        "foreign_cores_before",
     )
     return {k: data[k] for k in keep if k in data}
 
@@ -359,6 +365,7 @@ def p2(bench: Bench, cfg: Config, contenders: list[str]) -> list[dict]:
         for name in _order(contenders, r):
             url = bench.webs[name].url
             for conc, n in ((1, cfg.p2_n1), (32, cfg.p2_n32)):
+                gate = bench.wait_machine_quiet()
                 samples, cpu = _cpu_run(
                     bench,
                     name,
@@ -380,6 +387,7 @@ def p2(bench: Bench, cfg: Config, contenders: list[str]) -> list[dict]:
                     "n": len(lat),
                     "errors": samples.errors,
                     "cpu": cpu,
+                    **gate,
                 }
                 recs.append(rec)
                 log(
@@ -402,6 +410,7 @@ def p3(
     for r in range(rounds):
         for name in _order(contenders, r):
             url = bench.webs[name].url
+            gate = bench.wait_machine_quiet()
             e, cpu = _cpu_run(
                 bench,
                 name,
@@ -422,6 +431,7 @@ def p3(
                 "latency_p50_ms": _pct(lat, 50),
                 "latency_p99_ms": _pct(lat, 99),
                 "cpu": cpu,
+                **gate,
             }
             recs.append(rec)
             log(

@@ -262,7 +262,8 @@ def table(results: dict[str, Any]) -> str:
         notes.append(
             f"- Noise: while the bench ran, processes outside it (other sessions' test suites, etc.) used a median "
             f"{med(foreign):.2f} of the {results['machine']['cores']} cores (max {max(foreign):.2f}); every ratio "
-            f"above is taken between adjacent runs of one round."
+            f"above is taken between adjacent runs of one round. Before each run the bench waited (up to 20 s, "
+            f"{results.get('gate_wait_s', 0):.0f} s in all) for that load to fall below half a core."
         )
     return "\n".join(lines) + "\n\n" + "\n".join(goal_lines(results, s) + notes) + "\n"
 

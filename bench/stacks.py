@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -166,6 +167,12 @@ class Bench:
     webs: dict[str, Web] = field(default_factory=dict)
     mcp_workers: subprocess.Popen[bytes] | None = None
     peer_workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    #: The quiet gate (wait_machine_quiet): foreign cores allowed, longest
+    #: single wait, and the total wait a run may spend.
+    gate_foreign: float = 0.5
+    gate_max: float = 20.0
+    gate_budget: float = 300.0
+    gate_used: float = 0.0
 
     def __post_init__(self) -> None:
         tag = self.services.tag
@@ -326,6 +333,26 @@ class Bench:
         pids += [p.pid for p in self.peer_workers]
         db = self.db
         return {"stack": lambda: procs.tree(pids), "postgres": lambda: procs.postgres_backends(db)}
+
+    def wait_machine_quiet(self) -> dict[str, float]:
+        """Before a measured run: wait until the rest of the machine (other
+        sessions' tests, say) leaves the cores mostly free, up to
+        ``gate_max`` seconds a time and ``gate_budget`` seconds a bench run.
+        Returns the wait and the foreign load last seen."""
+        t0 = time.monotonic()
+        foreign = 0.0
+        groups = self.all_groups()
+        while True:
+            meter = procs.CpuMeter(groups)
+            meter.begin()
+            time.sleep(0.5)
+            used = meter.end()
+            foreign = max(0.0, used["machine"] - used["stack"] - used["postgres"])
+            waited = time.monotonic() - t0
+            if foreign <= self.gate_foreign or waited >= self.gate_max or self.gate_used + waited >= self.gate_budget:
+                break
+        self.gate_used += waited
+        return {"gate_wait_s": round(waited, 1), "foreign_cores_before": round(foreign, 2)}
 
     def wait_quiet(self, timeout: float = 120.0) -> float:
         return procs.wait_quiet(self.all_groups(), below=0.12, timeout=timeout)

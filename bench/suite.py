@@ -12,6 +12,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -115,7 +116,15 @@ def main() -> None:
     docs = ap.add_mutually_exclusive_group()
     docs.add_argument("--write-docs", action="store_true", help="update docs/performance.md (default for full runs)")
     docs.add_argument("--no-docs", action="store_true")
+    ap.add_argument("--report-only", metavar="DIR", help="rebuild the table (and docs) from DIR/results.json")
     args = ap.parse_args()
+    # Stop cleanly (servers, databases, Redis keys) on Ctrl-C and on SIGTERM,
+    # even when started in the background with SIGINT ignored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _interrupt)
+    if args.report_only:
+        report_only(Path(args.report_only), write_docs=args.write_docs)
+        return
     skip = {s.strip().lower() for s in args.skip.split(",") if s.strip()}
     cfg = Config.quick_mode() if args.quick else Config()
     write_docs = args.write_docs or (not args.quick and not args.no_docs)
@@ -198,6 +207,7 @@ def main() -> None:
         procs.stop_all()
         bench.shutdown(keep_db=False)
         results["elapsed_s"] = time.monotonic() - t0
+        results["gate_wait_s"] = round(bench.gate_used, 1)
         (workdir / "results.json").write_text(json.dumps(results, indent=1, default=str))
 
     text = report.table(results)
@@ -214,6 +224,24 @@ def main() -> None:
         report.write_docs(results, DOC, made, profile_text(results) if results.get("profile") else "")
         log(f"wrote {DOC.relative_to(REPO)} and {', '.join(str(p.relative_to(REPO)) for p in made)}")
     log(f"done in {results['elapsed_s'] / 60:.1f} min; raw results: {(workdir / 'results.json').relative_to(REPO)}")
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def report_only(workdir: Path, write_docs: bool) -> None:
+    results = json.loads((workdir / "results.json").read_text())
+    text = report.table(results)
+    (workdir / "table.md").write_text(text)
+    made = report.plots(results, IMG if write_docs else workdir)
+    print(report.machine_block(results))
+    print()
+    print(text)
+    if results.get("profile"):
+        print(profile_text(results))
+    if write_docs:
+        report.write_docs(results, DOC, made, profile_text(results) if results.get("profile") else "")
 
 
 def profile_text(results: dict[str, Any]) -> str:
@@ -236,9 +264,10 @@ def profile_text(results: dict[str, Any]) -> str:
         lines.append("ASGI fast path for /mcp, if any, is not on this path):")
         lines.append("")
         for k, v in ip.items():
-            if isinstance(v, dict) and "us" in v:
+            if isinstance(v, dict) and ("us" in v or "sql" in v):
+                took = f"{v['us']:.0f} µs" if "us" in v else "SQL only"
                 sql = f", {len(v['sql'])} SQL statements" if "sql" in v else ""
-                lines.append(f"- {k}: {v['us']:.0f} µs{sql}")
+                lines.append(f"- {k}: {took}{sql}")
                 for q in v.get("sql", []):
                     lines.append(f"  - `{q[:150]}`")
     return "\n".join(lines) + "\n"
