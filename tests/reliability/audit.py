@@ -126,6 +126,16 @@ def overdue_seconds(stack: Any) -> float:
     return float(rows[0]["overdue"] or 0)
 
 
+def oldest_unclaimed_seconds(stack: Any) -> float:
+    """How long the longest-waiting ``working`` task without a lease has
+    waited since its last dispatch (queue wait, or a lost message)."""
+    rows = stack.query(
+        "SELECT COALESCE(EXTRACT(EPOCH FROM now() - min(dispatched_at)), 0) AS waited "
+        "FROM mcptasks_task WHERE status = 'working' AND lease_expires_at IS NULL"
+    )
+    return float(rows[0]["waited"] or 0)
+
+
 def missing(stack: Any, task_ids: Iterable[str]) -> list[str]:
     """Ids the server handed out that have no row."""
     ids = list(dict.fromkeys(task_ids))

@@ -25,6 +25,7 @@ from __future__ import annotations
 import base64
 import json
 import random
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -630,7 +631,7 @@ def _lone_surrogates(value: Any) -> bool:
     while stack:
         node = stack.pop()
         if isinstance(node, str):
-            if any(0xD800 <= ord(ch) <= 0xDFFF for ch in node):
+            if _SURROGATE.search(node):
                 return True
         elif isinstance(node, dict):
             stack.extend(node.keys())
@@ -656,8 +657,13 @@ def expect(case: Case, valid_tokens: set[str], port: int) -> Expected:
     return expected
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+#: A surrogate escape (``\ud800``) or a surrogate encoded as if UTF-8 (ED A0..BF).
+_SURROGATE_BYTES = re.compile(rb"\\[uU][dD][89a-fA-F][0-9a-fA-F]{2}|\xed[\xa0-\xbf]")
+
+
 def _surrogates_in(body: bytes) -> bool:
-    if b"\\u" not in body.lower() and b"\xed" not in body:
+    if not _SURROGATE_BYTES.search(body):
         return False
     try:
         return _lone_surrogates(json.loads(body))

@@ -7,8 +7,9 @@ web process is restarted twice (once gracefully, once with SIGKILL). Then:
 
 * lost = 0: every task id a client was given has a row;
 * every row ends terminal (or is ``working`` under a live lease);
-* stuck = 0: no lease stays lapsed, and no dispatch stays unclaimed, longer
-  than the sweeper needs to notice (sampled throughout the run);
+* stuck = 0: sampled every half second through the run, no lease stays
+  lapsed, and no dispatch stays unclaimed past the grace period, for longer
+  than the sweeper needs to notice (10 s of slack on a busy machine);
 * the audit trail of every task is a legal lifecycle;
 * a task fails only when its runs were lost MAX_ATTEMPTS times (abandoned).
 """
@@ -32,10 +33,13 @@ pytestmark = pytest.mark.live
 
 FORM = {
     "short": {"tasks": 200, "kill_every": 2.0, "workers": 2, "concurrency": 3, "rate": 20.0, "max_seconds": 0.4},
-    "full": {"tasks": 2000, "kill_every": 5.0, "workers": 2, "concurrency": 4, "rate": 15.0, "max_seconds": 1.0},
+    "full": {"tasks": 2000, "kill_every": 5.0, "workers": 2, "concurrency": 5, "rate": 10.0, "max_seconds": 1.0},
 }
 LEASE = float(CHAOS_SETTINGS["MCP_LEASE_SECONDS"])
-GRACE = float(CHAOS_SETTINGS["MCP_DISPATCH_GRACE_SECONDS"])
+#: Longer than the chaos stacks' 3 s: under load a message may wait in the
+#: queue for several seconds, and below that wait the sweeper re-enqueues
+#: tasks that are merely queued (harmless duplicates, but a flood of them).
+GRACE = 10.0
 #: How late a recovery may be before a task counts as stuck: the lease or the
 #: grace period, plus a sweep, plus slack for a busy two-core machine.
 SLACK = 10.0
@@ -45,7 +49,11 @@ SLACK = 10.0
 def test_r1_workers_killed_and_web_restarted(chaos_stack_factory, form):
     plan = FORM[form]
     rng = random.Random(1)
-    stack = chaos_stack_factory(workers=plan["workers"], concurrency=plan["concurrency"])
+    stack = chaos_stack_factory(
+        workers=plan["workers"],
+        concurrency=plan["concurrency"],
+        settings={"MCP_DISPATCH_GRACE_SECONDS": str(GRACE)},
+    )
     tokens = list(stack.create_tokens(["r1-a", "r1-b", "r1-c"]).values())
     load = Load(
         stack.url,
@@ -58,7 +66,7 @@ def test_r1_workers_killed_and_web_restarted(chaos_stack_factory, form):
         seed=1,
     )
     kills: Counter = Counter()
-    samples: list[tuple[float, int]] = []  # (overdue seconds, stuck rows)
+    samples: list[tuple[float, float, int]] = []  # (lease overdue s, unclaimed wait s, stuck rows)
     stop = threading.Event()
 
     def chaos() -> None:
@@ -72,7 +80,7 @@ def test_r1_workers_killed_and_web_restarted(chaos_stack_factory, form):
                     kills[role.split(":")[1]] += 1
             try:
                 stuck = audit.stuck_tasks(stack, lease_slack=SLACK, dispatch_slack=GRACE + SLACK)
-                samples.append((audit.overdue_seconds(stack), len(stuck)))
+                samples.append((audit.overdue_seconds(stack), audit.oldest_unclaimed_seconds(stack), len(stuck)))
             except Exception:  # the database is not under test here; never stop the chaos
                 pass
             stop.wait(0.5)
@@ -121,8 +129,9 @@ def test_r1_workers_killed_and_web_restarted(chaos_stack_factory, form):
         "web_restarts": stack.restarts.get("web", 0),
         "worker_restarts": sum(n for name, n in stack.restarts.items() if name.startswith("worker")),
         "lost": len(lost),
-        "stuck_max": max((n for _, n in samples), default=0),
-        "overdue_max_s": round(max((o for o, _ in samples), default=0.0), 1),
+        "stuck_max": max((n for _, _, n in samples), default=0),
+        "lease_overdue_max_s": round(max((o for o, _, _ in samples), default=0.0), 1),
+        "unclaimed_wait_max_s": round(max((w for _, w, _ in samples), default=0.0), 1),
         "illegal_transitions": len(report.violations),
         "seconds_creating": round(created_at - started),
         "seconds_total": round(finished - started),
@@ -136,7 +145,8 @@ def test_r1_workers_killed_and_web_restarted(chaos_stack_factory, form):
     assert len(created) == plan["tasks"], figures
     assert not lost, f"tasks answered with a CreateTaskResult but missing: {lost[:10]}"
     assert not leftovers, f"active tasks without a live lease after the run: {leftovers[:10]}"
-    assert figures["stuck_max"] == 0, f"tasks stuck past their lease or grace period: {samples}"
+    worst = max(samples, key=lambda sample: sample[2], default=None)
+    assert figures["stuck_max"] == 0, f"tasks stuck past their lease or grace period (worst sample {worst})"
     assert not report.violations, f"illegal histories: {list(report.violations.items())[:5]}"
     assert not unexpected_failures, f"tasks failed for another reason than lost runs: {unexpected_failures[:5]}"
     assert not wrong_results, f"completed with a wrong result: {wrong_results[:5]}"
