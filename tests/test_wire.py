@@ -141,6 +141,18 @@ def test_invalid_request(rpc, payload):
     assert_valid_message("", reply.body)
 
 
+@pytest.mark.parametrize("era_headers", [MODERN_HEADERS, {}], ids=["modern", "no-version-header"])
+@pytest.mark.parametrize("bad_id", [True, False, 1.5, {"a": 1}, [1]], ids=["true", "false", "float", "object", "array"])
+def test_an_invalid_id_is_never_echoed(rpc, era_headers, bad_id):
+    """JSON-RPC: when the id cannot be used, the error's id is null. Echoing
+    ``true`` produces an invalid response (RequestId is a string or integer)."""
+    payload = {"jsonrpc": "2.0", "id": bad_id, "method": "initialize", "params": {}}
+    reply = rpc.post_raw(json.dumps(payload).encode(), era_headers)
+    assert reply.status == 400
+    assert reply.error["code"] == -32600
+    assert reply.body.get("id") is None, f"echoed an invalid id: {reply.body}"
+
+
 # _meta, version and header validation ------------------------------------------------------------
 
 
