@@ -433,7 +433,16 @@ class Variants:
             self.mutate_headers(headers, pool, rnd, recipe)
         payload = encode_json(body, rnd.random() < 0.5)
         if "non-standard-number" in recipe and payload.startswith(b"{"):
-            payload = b'{"x": ' + rnd.choice([b"NaN", b"Infinity", b"-Infinity"]) + b", " + payload[1:]
+            constant = rnd.choice([b"NaN", b"Infinity", b"-Infinity"])
+            if b'"arguments": {' in payload and rnd.random() < 0.5:  # where a task would store it
+                payload = re.sub(
+                    rb'"arguments": \{(\}?)',
+                    lambda m: b'"arguments": {"n": ' + constant + (b"}" if m.group(1) else b", "),
+                    payload,
+                    count=1,
+                )
+            else:
+                payload = b'{"x": ' + constant + b", " + payload[1:]
         http_method = "POST"
         if shape == "http":
             http_method = rnd.choice(["GET", "PUT", "DELETE", "PATCH", "OPTIONS", "POST"])
@@ -673,11 +682,16 @@ def _surrogates_in(body: bytes) -> bool:
 
 def _expect(case: Case, valid_tokens: set[str], port: int) -> Expected:
     host = case.header("host")
-    if not _host_ok(host, port):
-        return _exact(400, -32600, "Host not allowed (DNS rebinding)")
     origin = case.header("origin")
-    if origin is not None and not _origin_ok(origin):
-        return _exact(403, -32600, "Origin not allowed (DNS rebinding)")
+    refusal = None
+    if not _host_ok(host, port):
+        refusal = _exact(400, -32600, "Host not allowed (DNS rebinding)")
+    elif origin is not None and not _origin_ok(origin):
+        refusal = _exact(403, -32600, "Origin not allowed (DNS rebinding)")
+    if refusal is not None:
+        if len(case.body) > MAX_BODY_BYTES:  # either refusal may come first
+            return Expected(refusal.statuses | {413}, refusal.codes, f"{refusal.why} or too large", NO_ID)
+        return refusal
     if case.http_method != "POST":
         if case.http_method in ("GET", "DELETE") and case.header("mcp-session-id"):
             return Expected(frozenset({200, 202, 400, 401, 404, 405}), None, "legacy session request", NO_ID, False)
