@@ -155,7 +155,7 @@ json_values = st.recursive(
 )
 
 task_ids = st.one_of(
-    st.sampled_from(["", "x", "0" * 32, "a" * 64, "a" * 300, "not-a-task"]),
+    st.sampled_from(["", "x", "0" * 32, "a" * 64, "a" * 300, "not-a-task", "a\x00b", "\ud800"]),
     st.text(alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-", min_size=32, max_size=32),
     odd_text,
 )
