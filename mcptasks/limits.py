@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from typing import Any
 
@@ -55,14 +56,24 @@ def check_depth(value: Any, limit: int | None = None) -> None:
         stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
 
 
-def encoded_size(value: Any) -> int:
-    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+#: ``\u0000`` as JSON writes a NUL (an odd run of backslashes before ``u0000``).
+_ESCAPED_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
 def check_size(value: Any, limit: int | None, what: str) -> None:
-    if limit is not None and encoded_size(value) > limit:
-        from .errors import InvalidParams
+    """``value`` (arguments, answers) must fit ``limit`` once encoded, and be
+    storable: no NUL character (Postgres text cannot hold one) and no lone
+    surrogate (not Unicode). -32602 otherwise."""
+    from .errors import InvalidParams
 
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    if _ESCAPED_NUL.search(text):
+        raise InvalidParams(f"{what} cannot contain NUL characters")
+    try:
+        size = len(text.encode())
+    except UnicodeEncodeError:
+        raise InvalidParams(f"{what} contain a lone surrogate: not valid Unicode") from None
+    if limit is not None and size > limit:
         raise InvalidParams(f"{what} too large (limit {limit} bytes)")
 
 

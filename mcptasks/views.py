@@ -36,17 +36,23 @@ logger = logging.getLogger("mcptasks.views")
 _LOOPBACK = {"localhost", "127.0.0.1", "[::1]", "::1"}
 
 
+def encode_json(body: Any) -> bytes:
+    """Compact one-line UTF-8 JSON; a lone surrogate the client sent (legal
+    JSON syntax, no Unicode meaning) is echoed as its escape, not a crash."""
+    text = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        return json.dumps(body, separators=(",", ":")).encode()
+
+
 def json_response(
     body: dict[str, Any] | None, status: int = 200, headers: dict[str, str] | None = None
 ) -> HttpResponse:
     if body is None:
         response = HttpResponse(status=status)
     else:
-        response = HttpResponse(
-            json.dumps(body, separators=(",", ":"), ensure_ascii=False),
-            status=status,
-            content_type="application/json",
-        )
+        response = HttpResponse(encode_json(body), status=status, content_type="application/json")
     for name, value in (headers or {}).items():
         response[name] = value
     return response

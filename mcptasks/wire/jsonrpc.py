@@ -42,9 +42,13 @@ def error(request_id: RequestId | None, exc: ProtocolError) -> dict[str, Any]:
     return body
 
 
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
+
+
 def decode(raw: bytes) -> Any:
     try:
-        return json.loads(raw)
+        return json.loads(raw, parse_constant=_not_json)
     except RecursionError:
         raise ProtocolError(INVALID_REQUEST, "Invalid Request: JSON nested too deeply") from None
     except (ValueError, UnicodeDecodeError):

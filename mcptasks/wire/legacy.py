@@ -124,7 +124,8 @@ def handle_post(request: HttpRequest, data: Any, caller: Caller) -> HttpResponse
     try:
         message = jsonrpc.parse_message(data)
     except ProtocolError as exc:
-        request_id = data.get("id") if isinstance(data.get("id"), (str, int)) else None
+        raw_id = data.get("id")
+        request_id = raw_id if isinstance(raw_id, (str, int)) and not isinstance(raw_id, bool) else None
         return _json(jsonrpc.error(request_id, exc), status=400)
     if message.method == "initialize" and not message.is_notification:
         return _guarded(message.id, lambda: _initialize(message, caller))

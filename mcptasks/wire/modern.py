@@ -618,6 +618,8 @@ def _task_for(req: Request) -> Task:
     task_id = req.params.get("taskId")
     if not isinstance(task_id, str) or not task_id:
         raise InvalidParams('"taskId" (a string) is required')
+    if "\x00" in task_id or len(task_id) > 64:
+        raise TaskNotFound()  # no stored id has them: the same answer as any unknown id
     task = Task.objects.lookup(task_id, req.caller.owner)
     if task is None:
         raise TaskNotFound()

@@ -9,7 +9,6 @@ stream cancels the call.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import threading
 from collections.abc import AsyncIterator, Callable
@@ -26,7 +25,9 @@ Notify = Callable[[str, dict[str, Any]], None]
 
 
 def sse_event(message: dict[str, Any]) -> bytes:
-    return b"data: " + json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode() + b"\n\n"
+    from ..views import encode_json
+
+    return b"data: " + encode_json(message) + b"\n\n"
 
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
