@@ -88,10 +88,12 @@ def test_r2_broker_outage(own_redis, chaos_stack_factory, form):
 
     during = load.tally.during(down_at, up_at)
     calls_during = Counter({(s, c): n for (m, s, c), n in during.items() if m == "tools/call"})
-    slowest_call = max(
-        (elapsed for t, m, _, _, elapsed in load.tally.timeline if m == "tools/call" and down_at <= t <= up_at),
-        default=0.0,
-    )
+
+    def slowest(method: str) -> float:
+        timeline = load.tally.timeline
+        return max((elapsed for t, m, _, _, elapsed in timeline if m == method and down_at <= t <= up_at), default=0)
+
+    slowest_call, slowest_poll = slowest("tools/call"), slowest("tasks/get")
     report = audit.check_trail(stack)
     lost = audit.missing(stack, created)
     not_completed = stack.query("SELECT id, status, error FROM mcptasks_task WHERE status <> 'completed'")
@@ -101,6 +103,7 @@ def test_r2_broker_outage(own_redis, chaos_stack_factory, form):
         "created_during_outage": len(outage_ids),
         "calls_during_outage": {f"{s} {c}": n for (s, c), n in calls_during.items()},
         "slowest_call_during_outage_s": round(slowest_call, 2),
+        "slowest_poll_during_outage_s": round(slowest_poll, 2),
         "seconds_to_drain_after_outage": round(recovered_at - up_at, 1),
         "stalled": stalled,
         "lost": len(lost),

@@ -79,8 +79,9 @@ def test_r3_database_restart(own_postgres, chaos_stack_factory, form):
     # Healed: the first success after each outage, and anything but success afterwards.
     heal_times = []
     failures_after = Counter()
-    for _, up in outages:
-        later = [(t, m, s, c) for t, m, s, c, _ in load.tally.timeline if t > up]
+    for index, (_, up) in enumerate(outages):
+        until = outages[index + 1][0] if index + 1 < len(outages) else float("inf")
+        later = [(t, m, s, c) for t, m, s, c, _ in load.tally.timeline if up < t < until]
         first_ok = next((t for t, _, s, _ in later if s == 200), None)
         heal_times.append(None if first_ok is None else round(first_ok - up, 2))
         failures_after.update((m, s, c) for t, m, s, c in later if t > up + HEAL_WITHIN and s != 200)
