@@ -453,7 +453,7 @@ class Variants:
     def mutate_body(self, body: dict[str, Any], pool: Pool, rnd: random.Random, recipe: list[str]) -> Any:
         kind = rnd.choice(BODY_MUTATIONS)
         recipe.append(kind)
-        junk = rnd.choice([*pool.values, *pool.texts])
+        junk = _copy(rnd.choice([*pool.values, *pool.texts]))  # a copy: never a cycle through a shared value
         params = body.get("params") if isinstance(body.get("params"), dict) else {}
         meta_ = params.get("_meta") if isinstance(params.get("_meta"), dict) else {}
         if kind == "drop-envelope":
