@@ -331,20 +331,19 @@ def fail(
 def cancel(task_id: str, *, actor: str, reason: str = "") -> bool:
     """Cancel an active task now. The running tool sees it through its context;
     a queued run that has not started finds the task terminal and never runs."""
-    now = timezone.now()
     with transaction.atomic():
-        return _transition(
-            task_id,
-            allowed_from=ACTIVE_STATUSES,
-            to=TaskStatus.CANCELLED,
-            actor=actor,
-            fields={
-                "cancel_requested_at": now,
-                "cancelled_by": actor,
-                "status_message": reason or "The task was cancelled.",
-                **_CLEAR_LEASE,
-            },
-        )
+        return _cancel(task_id, actor=actor, reason=reason or "The task was cancelled.")
+
+
+def _cancel(task_id: str, *, actor: str, reason: str) -> bool:
+    """The cancel transition; inside the caller's transaction."""
+    return _transition(
+        task_id,
+        allowed_from=ACTIVE_STATUSES,
+        to=TaskStatus.CANCELLED,
+        actor=actor,
+        fields={"cancel_requested_at": timezone.now(), "cancelled_by": actor, "status_message": reason, **_CLEAR_LEASE},
+    )
 
 
 def request_input(task_id: str, requests: Mapping[str, Mapping[str, Any]], *, worker: str, message: str = "") -> bool:
@@ -572,18 +571,7 @@ def expire_now(task_id: str, *, actor: str) -> bool:
         if status is None:
             return False
         if status in ACTIVE_STATUSES:
-            _transition(
-                task_id,
-                allowed_from=ACTIVE_STATUSES,
-                to=TaskStatus.CANCELLED,
-                actor=actor,
-                fields={
-                    "cancel_requested_at": now,
-                    "cancelled_by": actor,
-                    "status_message": "The task was expired by an operator.",
-                    **_CLEAR_LEASE,
-                },
-            )
+            _cancel(task_id, actor=actor, reason="The task was expired by an operator.")
         Task.objects.filter(pk=task_id, status__in=TERMINAL_STATUSES).update(expires_at=now)
         _record(task_id, "expired", actor, now=now)
         return True

@@ -138,11 +138,13 @@ def bulk_expired(count: int) -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_prune_of_a_large_backlog_never_stalls_polls(rpc):
+def test_prune_of_a_large_backlog_never_stalls_polls(rpc, settings):
     """While ``manage.py mcptasks prune`` (its own process, as on a worker)
     deletes 30,000 expired tasks and their events in batches of 1,000, polls
     of a live task keep answering at once: a batch is a short transaction
     and locks only the rows it deletes."""
+    # Polls here come faster than a client honouring pollIntervalMs would send them.
+    settings.MCPTASKS = {**settings.MCPTASKS, "POLL_BURST": None}
     bulk_expired(BULK)
     polled = lifecycle.create_task(owner="anonymous", tool_name="slow_compute", arguments={}, enqueue=False)
     db = connection.settings_dict

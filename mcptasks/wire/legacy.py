@@ -360,26 +360,9 @@ def list_tools(call: Call) -> Reply:
     return {"tools": tools}
 
 
-def _object(params: dict[str, Any], name: str) -> dict[str, Any]:
-    value = params.get(name)
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise InvalidParams(f'"{name}" must be an object')
-    return value
-
-
 def call_tool(call: Call) -> Reply:
-    name = call.params.get("name")
-    if not isinstance(name, str):
-        raise InvalidParams('tools/call needs "name" (a string)')
-    tool = registry.get(name)
-    if tool is None:
-        raise InvalidParams(f"Unknown tool: {name}")
-    limits.throttle("call", call.caller.owner)
-    arguments = _object(call.params, "arguments")
-    limits.check_size(arguments, settings.MAX_ARGUMENTS_BYTES, "arguments")
-    kwargs = tool.validate_arguments(arguments)
+    tool, arguments, kwargs = modern.resolve_tool_call(call.params, call.caller.owner)
+    name = tool.name
     # Sessions without tasks ignore params.task, as the spec asks of a
     # receiver that did not declare task support.
     task = call.params.get("task") if call.tasks_enabled else None

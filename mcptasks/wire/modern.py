@@ -348,6 +348,22 @@ def _object_param(params: Mapping[str, Any], name: str) -> dict[str, Any]:
     return value
 
 
+def resolve_tool_call(params: Mapping[str, Any], owner: str) -> tuple[Tool, dict[str, Any], dict[str, Any]]:
+    """The tool a tools/call names, its arguments and their validated form
+    (both eras): unknown tools and bad arguments are -32602, and the call
+    counts against the caller's rate."""
+    name = params.get("name")
+    if not isinstance(name, str):
+        raise InvalidParams('tools/call needs "name" (a string)')
+    tool = registry.get(name)
+    if tool is None:
+        raise InvalidParams(f"Unknown tool: {name}")
+    limits.throttle("call", owner)
+    arguments = _object_param(params, "arguments")
+    limits.check_size(arguments, settings.MAX_ARGUMENTS_BYTES, "arguments")
+    return tool, arguments, tool.validate_arguments(arguments)
+
+
 def _mrtr_answers(req: Request, subject: str, arguments: Any) -> dict[str, Any]:
     """Answers for this MRTR round: earlier rounds' from the signed
     ``requestState``, this round's from ``inputResponses``."""
@@ -404,17 +420,8 @@ def _inline(
 
 
 def call_tool(req: Request) -> Reply:
-    name = req.params.get("name")
-    if not isinstance(name, str):
-        raise InvalidParams('tools/call needs "name" (a string)')
-    tool = registry.get(name)
-    if tool is None:
-        raise InvalidParams(f"Unknown tool: {name}")
-    limits.throttle("call", req.caller.owner)
-    arguments = _object_param(req.params, "arguments")
-    limits.check_size(arguments, settings.MAX_ARGUMENTS_BYTES, "arguments")
+    tool, arguments, kwargs = resolve_tool_call(req.params, req.caller.owner)
     check_param_headers(tool, arguments, req.headers)
-    kwargs = tool.validate_arguments(arguments)
     if tool.task == "required" and not req.tasks_enabled:
         raise missing_tasks_extension()
     wants_task = req.tasks_enabled and tool.task in ("optional", "required", "auto")
