@@ -291,6 +291,20 @@ def p1(bench: Bench, cfg: Config, contenders: list[str], seeds: dict[str, dict[s
                     f"P1 {state:9} r{r} {name:9} {data['rps']:8.0f} polls/s  errors {data['errors']}  "
                     f"wrk {data['loadgen_cores']:.2f} cores  cpu {data['cpu']}"
                 )
+            if state == "working" and "bare-asgi" in bench.webs:
+                data = _bare_run(bench, "bare-asgi", "/", cfg.p1_seconds)
+                recs.append(
+                    {
+                        "measure": "floor-asgi",
+                        "variant": "floor",
+                        "contender": "uvicorn",
+                        "round": r,
+                        "path": "bare ASGI app",
+                        "value": data["rps"],
+                        **_slim(data),
+                    }
+                )
+                log(f"floor bare ASGI app r{r} {data['rps']:8.0f} req/s    errors {data['errors']}")
             if state == "working":
                 for name in _order(mcp_names, r):
                     path = FLOOR_VIEW[bench.webs[name].key]

@@ -15,8 +15,8 @@ them back. Layout, for ``large`` rows in all:
 * otherwise completed (2 % working), expiring in a week; one in ten belongs to
   the anonymous owner the bench polls as, the rest to 1,000 other owners.
 
-The 10k-row baseline is the *last* 10k rows, inserted first; the rest is added
-to the same table afterwards, so both phases poll through one server.
+The 10k-row baseline is a second database holding the large one's last 10k
+rows; the two are polled alternately, each through its own server.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import random
+import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -76,9 +77,9 @@ def task_id(g: int) -> str:
 
 
 class ScaleDb:
-    def __init__(self, bench: Bench, large: int, purge: int) -> None:
+    def __init__(self, bench: Bench, large: int, purge: int, suffix: str = "scale") -> None:
         self.bench = bench
-        self.name = f"{bench.db}_scale"
+        self.name = f"{bench.db}_{suffix}"
         self.large = large
         self.purge = purge
 
@@ -176,6 +177,7 @@ class ScaleDb:
 
 
 def _latency(bench: Bench, url: str, ids: Path, seconds: float) -> dict[str, Any]:
+    gate = bench.wait_machine_quiet()
     one = wrk.measured(url, "get", ids_file=ids, connections=1, duration=seconds)
     many = wrk.measured(url, "get", ids_file=ids, connections=32, duration=seconds)
     return {
@@ -185,42 +187,63 @@ def _latency(bench: Bench, url: str, ids: Path, seconds: float) -> dict[str, Any
         "c32_p50_ms": many["lat_p50_us"] / 1000,
         "c32_rps": many["rps"],
         "errors": one["errors"] + many["errors"],
+        **gate,
     }
 
 
-def run(bench: Bench, cfg: Config, workdir: Path, key: str = "gunicorn") -> dict[str, Any]:
+def _median(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    keys = [k for k in rows[0] if isinstance(rows[0][k], (int, float))]
+    return {k: statistics.median(r[k] for r in rows) for k in keys}
+
+
+def run(bench: Bench, cfg: Config, workdir: Path, key: str = "uvicorn") -> dict[str, Any]:
+    """Two databases, one of ``p4_small`` rows and one of ``p4_large`` (the
+    small one's rows are the large one's last rows), each behind its own
+    server; the two are polled alternately, round by round, and the slowdown
+    is the median of the per-round ratios. Then the purge, on the large one."""
     out: dict[str, Any] = {"config": key, "large": cfg.p4_large, "small": cfg.p4_small, "purge": cfg.p4_purge}
-    db = ScaleDb(bench, cfg.p4_large, cfg.p4_purge)
-    db.create()
+    small = ScaleDb(bench, cfg.p4_large, cfg.p4_purge, suffix="scale_small")
+    large = ScaleDb(bench, cfg.p4_large, cfg.p4_purge)
     try:
         small_lo = cfg.p4_large - cfg.p4_small + 1
-        t = db.insert(small_lo, cfg.p4_large)
-        log(f"P4 generated {cfg.p4_small:,} rows in {t:.1f}s")
-        web = bench.start_mcp_web(key, db=db.name)
-        name = next(k for k, v in bench.webs.items() if v is web)
-        seconds = cfg.sweep_seconds
-        ids_small = db.poll_ids(small_lo, cfg.p4_large, 1000, workdir / "ids-scale-small.txt")
-        wrk.run(web.url, "get", ids_file=ids_small, connections=8, duration=2)  # warm
-        out["small_stats"] = db.stats()
-        out["small"] = _latency(bench, web.url, ids_small, seconds)
-        log(f"P4 {out['small_stats']['rows']:,} rows: {out['small']}")
-
-        t = db.insert(1, small_lo - 1)
+        small.create()
+        small.insert(small_lo, cfg.p4_large)
+        large.create()
+        t = large.insert(1, cfg.p4_large)
         out["generate_seconds"] = round(t, 1)
-        out["large_stats"] = db.stats()
-        log(f"P4 generated up to {out['large_stats']['rows']:,} rows ({out['large_stats']['size']}) in {t:.1f}s")
-        ids_large = db.poll_ids(1, cfg.p4_large, 10_000, workdir / "ids-scale-large.txt")
-        wrk.run(web.url, "get", ids_file=ids_large, connections=8, duration=2)
-        out["large"] = _latency(bench, web.url, ids_large, seconds)
-        log(f"P4 {out['large_stats']['rows']:,} rows: {out['large']}")
-        out["slowdown_c1_p50"] = out["large"]["c1_p50_ms"] / out["small"]["c1_p50_ms"]
+        out["small_stats"] = small.stats()
+        out["large_stats"] = large.stats()
+        log(f"P4 generated {out['large_stats']['rows']:,} rows ({out['large_stats']['size']}) in {t:.1f}s")
+        webs = {"small": bench.start_mcp_web(key, db=small.name), "large": bench.start_mcp_web(key, db=large.name)}
+        ids = {
+            "small": small.poll_ids(small_lo, cfg.p4_large, 1000, workdir / "ids-scale-small.txt"),
+            "large": large.poll_ids(1, cfg.p4_large, 10_000, workdir / "ids-scale-large.txt"),
+        }
+        for which in ("small", "large"):  # warm both
+            wrk.run(webs[which].url, "get", ids_file=ids[which], connections=8, duration=3)
+        rounds: dict[str, list[dict[str, Any]]] = {"small": [], "large": []}
+        ratios = []
+        for r in range(cfg.rounds):
+            for which in ("small", "large") if r % 2 == 0 else ("large", "small"):
+                rounds[which].append(_latency(bench, webs[which].url, ids[which], cfg.sweep_seconds))
+            ratios.append(rounds["large"][-1]["c1_p50_ms"] / rounds["small"][-1]["c1_p50_ms"])
+            log(f"P4 round {r}: small {rounds['small'][-1]}  large {rounds['large'][-1]}")
+        out["small"] = _median(rounds["small"])
+        out["large"] = _median(rounds["large"])
+        out["rounds"] = rounds
+        out["slowdown_c1_p50"] = statistics.median(ratios)
+        out["slowdown_rounds"] = ratios
+        small_name = next(k for k, v in bench.webs.items() if v is webs["small"])
+        bench.stop_web(small_name)
+        small.drop()
 
-        out["purge_run"] = purge_while_polling(bench, cfg, web.url, ids_large, db)
-        out["after_purge_stats"] = db.stats()
+        out["purge_run"] = purge_while_polling(bench, cfg, webs["large"].url, ids["large"], large)
+        out["after_purge_stats"] = large.stats()
         log(f"P4 purge: {out['purge_run']}")
-        bench.stop_web(name)
+        bench.stop_web(next(k for k, v in bench.webs.items() if v is webs["large"]))
     finally:
-        db.drop()
+        small.drop()
+        large.drop()
     return out
 
 

@@ -243,6 +243,19 @@ class Bench:
         self.webs[name] = web
         return web
 
+    def start_bare_asgi(self) -> Web:
+        """bench/bare_asgi.py under the mcptasks uvicorn command line."""
+        port = free_port()
+        log = self.logs / "bare-asgi.log"
+        argv = MCP_WEB["uvicorn"]["argv"](port)
+        argv[argv.index("project.asgi:application")] = "bench.bare_asgi:app"
+        proc = procs.start(argv, env=self.mcp_env(), log=log, cwd=REPO)
+        base = f"http://127.0.0.1:{port}"
+        web = Web("bare-asgi", "bare ASGI app · uvicorn ×2", f"{base}/mcp", base, proc, log, "floor")
+        procs.wait_ready(web.url, proc, log)
+        self.webs["bare-asgi"] = web
+        return web
+
     def start_mcp_workers(self, concurrency: int = 2) -> None:
         log = self.logs / "mcptasks-celery.log"
         argv = [

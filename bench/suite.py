@@ -113,6 +113,8 @@ def main() -> None:
     ap.add_argument("--skip", default="", help="comma list of: P1,P2,P3,P4,sweeps,profile,pgbench")
     ap.add_argument("--mcptasks", default="uvicorn,gunicorn", help="mcptasks web configurations to run")
     ap.add_argument("--peer-web-workers", type=int, default=1)
+    ap.add_argument("--p4-rows", type=int, help="rows of P4's large table (default 10M, quick 300k)")
+    ap.add_argument("--p4-purge", type=int, help="expired rows among them (default 1M, quick 50k)")
     docs = ap.add_mutually_exclusive_group()
     docs.add_argument("--write-docs", action="store_true", help="update docs/performance.md (default for full runs)")
     docs.add_argument("--no-docs", action="store_true")
@@ -128,6 +130,10 @@ def main() -> None:
     skip = {s.strip().lower() for s in args.skip.split(",") if s.strip()}
     cfg = Config.quick_mode() if args.quick else Config()
     write_docs = args.write_docs or (not args.quick and not args.no_docs)
+    if args.p4_rows:
+        cfg.p4_large = args.p4_rows
+    if args.p4_purge:
+        cfg.p4_purge = args.p4_purge
 
     stamp = time.strftime("%Y%m%d-%H%M%S")
     workdir = RESULTS / stamp
@@ -159,10 +165,13 @@ def main() -> None:
         bench.start_mcp_workers(2)
         for n in mcp_names:
             bench.start_mcp_web(n)
+        if "uvicorn" in mcp_names:
+            bench.start_bare_asgi()
         bench.start_peer_web(args.peer_web_workers)
         bench.start_peer_workers(2)
         log("stacks up: " + ", ".join(f"{k} {w.url}" for k, w in bench.webs.items()))
 
+        bench.wait_machine_quiet()
         results["loadgen"] = measures.loadgen_check(bench, cfg, bench.logs)
         log(f"load generator check: {results['loadgen']}")
 
@@ -192,14 +201,22 @@ def main() -> None:
                         bench, cfg, contenders, conc, 1, variant="P3-sweep", seconds=cfg.sweep_seconds
                     )
         if "profile" not in skip and not cfg.quick:
-            results["profile"] = profiling.run(bench, workdir, mcp_names, seeds)
-            results["inprocess"] = profiling.inprocess(bench)
+            try:
+                results["profile"] = profiling.run(bench, workdir, mcp_names, seeds)
+                results["inprocess"] = profiling.inprocess(bench)
+            except Exception as exc:
+                log(f"profiling failed: {exc!r}")
+                results["profile_error"] = repr(exc)
             log(f"in-process costs: {json.dumps(results['inprocess'])[:600]}")
 
         bench.shutdown(keep_db=False)
         if "p4" not in skip:
             bench.logs.mkdir(parents=True, exist_ok=True)
-            results["p4"] = scale.run(bench, cfg, workdir, key=mcp_names[0])
+            try:
+                results["p4"] = scale.run(bench, cfg, workdir, key=mcp_names[0])
+            except Exception as exc:  # report what was measured, and why P4 is missing
+                log(f"P4 failed: {exc!r}")
+                results["p4_error"] = repr(exc)
     except KeyboardInterrupt:
         log("interrupted")
         raise
