@@ -60,12 +60,14 @@ _LAYER_RE = [(name, re.compile(rx)) for name, rx in LAYERS]
 _FRAME = re.compile(r"^(?P<func>.*?) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)$")
 
 KEY_FUNCTIONS = [
-    ("mcp_endpoint (the whole view)", r"mcp_endpoint \("),
+    ("the /mcp endpoint (view or ASGI handler)", r"mcp_endpoint \(|MCPHandler\.__call__"),
     ("identify (caller identity)", r"identify \("),
     ("Django middleware chain", r"/django/utils/deprecation\.py"),
     ("_task_for (the task lookup)", r"_task_for \("),
     ("detailed_task / task_fields", r"detailed_task \(|task_fields \("),
+    ("note_result_retrieved (audit of a finished task's read)", r"note_result_retrieved \("),
     ("lifecycle.create_task", r"create_task \(.*lifecycle"),
+    ("_check_active_quota (per-owner lock + COUNT)", r"_check_active_quota \("),
     ("runtime.enqueue_run (Celery publish)", r"enqueue_run \("),
     ("limits (throttles, quotas)", r"/mcptasks/limits\.py"),
     ("sync_to_async hop", r"/asgiref/sync\.py"),
@@ -169,18 +171,27 @@ def _profile(pid: int, seconds: float, out: Path, load, wall_within: str | None 
     return data
 
 
-def run(bench: Bench, workdir: Path, names: list[str], ids: dict[str, dict[str, Path]], seconds: float = 8.0) -> dict:
-    """Profiles: tasks/get (working) and tools/call on each mcptasks web
-    configuration, and the Celery workers while 32 clients run no-op tasks
-    end to end."""
+def run(
+    bench: Bench, workdir: Path, names: list[str], ids: dict[str, dict[str, Path]], part: str, seconds: float = 8.0
+) -> dict:
+    """Profiles. ``part="polls"`` (while the seeded tasks still work): tasks/get
+    on working and on completed tasks. ``part="rest"``: tools/call on each
+    mcptasks web configuration, and the Celery workers while 32 clients run
+    no-op tasks end to end."""
     out: dict[str, Any] = {}
+    jobs = (
+        [("tasks/get working", "get", "working"), ("tasks/get completed", "get", "completed")]
+        if part == "polls"
+        else [("tools/call", "call", None)]
+    )
     for name in names:
         web = bench.webs[name]
-        for label, mode, arg in (("tasks/get", "get", ids[name]["working"]), ("tools/call", "call", None)):
+        for label, mode, state in jobs:
+            arg = ids[name][state] if state else None
             if mode == "call":
                 arg = workdir / "tool-noop.txt"
                 arg.write_text("noop\n")
-            raw = workdir / f"spy-{name}-{label.replace('/', '_')}.txt"
+            raw = workdir / f"spy-{name}-{label.replace('/', '_').replace(' ', '-')}.txt"
             data = _profile(
                 web.proc.pid,
                 seconds,
@@ -192,6 +203,8 @@ def run(bench: Bench, workdir: Path, names: list[str], ids: dict[str, dict[str, 
             out[f"{name} {label}"] = data
             log(f"profile {name} {label}: {data['samples']} samples, top layers {data['layers'][:4]}")
             bench.wait_quiet()
+    if part == "polls":
+        return out
     if bench.mcp_workers is not None:
         web = bench.webs[names[-1]]
         raw = workdir / "spy-celery-e2e.txt"

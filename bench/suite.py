@@ -187,6 +187,12 @@ def main() -> None:
             results["pgbench"] = measures.pgbench(bench, cfg)
             log(f"pgbench -S: {results['pgbench']}")
 
+        if "profile" not in skip and not cfg.quick:
+            try:  # the polls, while the seeded tasks still work
+                results["profile"] = profiling.run(bench, workdir, mcp_names, seeds, "polls")
+            except Exception as exc:
+                log(f"profiling failed: {exc!r}")
+                results["profile_error"] = repr(exc)
         for name in (mcp_names[0], "peer"):
             measures.cancel_seeded(bench, name, seeds[name]["working"])
         log(f"cancelled the seeded sleep tasks; quiet after {bench.wait_quiet():.1f}s")
@@ -202,7 +208,7 @@ def main() -> None:
                     )
         if "profile" not in skip and not cfg.quick:
             try:
-                results["profile"] = profiling.run(bench, workdir, mcp_names, seeds)
+                results.setdefault("profile", {}).update(profiling.run(bench, workdir, mcp_names, seeds, "rest"))
                 results["inprocess"] = profiling.inprocess(bench)
             except Exception as exc:
                 log(f"profiling failed: {exc!r}")
