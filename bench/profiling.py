@@ -225,22 +225,41 @@ def run(
             lambda: {"tasks_per_s": client.run(client.end_to_end(web.url, 32, seconds - 2, 0.5, 0.02)).rate},
             wall_within=r"^run_task \(mcptasks/execution\.py",
         )
+        data["by_call_site"] = call_sites(workdir / "spy-celery-e2e-wall.txt", "run_task (mcptasks/execution.py")
         out["celery workers, wall clock inside execution.run_task"] = data
         log(f"profile celery wall: {data['samples']} samples, top layers {data['layers'][:4]}")
         bench.wait_quiet()
     web = bench.webs[names[0]]
     noop = workdir / "tool-noop.txt"
-    data = _profile(
-        web.proc.pid,
-        seconds,
-        workdir / f"spy-{names[0]}-tools_call-wall.txt",
-        lambda: {"rps": wrk.run(web.url, "call", ids_file=noop, connections=32, duration=seconds - 1)["rps"]},
-        wall_within=r"^call_tool \(mcptasks/wire/modern\.py",
-    )
-    out[f"{names[0]} tools/call, wall clock inside call_tool"] = data
-    log(f"profile {names[0]} tools/call wall: {data['samples']} samples, top layers {data['layers'][:4]}")
-    bench.wait_quiet()
+    for conns in (1, 32):
+        data = _profile(
+            web.proc.pid,
+            seconds,
+            workdir / f"spy-{names[0]}-tools_call-c{conns}-wall.txt",
+            lambda conns=conns: {
+                "rps": wrk.run(web.url, "call", ids_file=noop, connections=conns, duration=seconds - 1)["rps"]
+            },
+            wall_within=r"^call_tool \(mcptasks/wire/modern\.py",
+        )
+        data["by_call_site"] = call_sites(workdir / f"spy-{names[0]}-tools_call-c{conns}-wall.txt", "call_tool (")
+        out[f"{names[0]} tools/call, {conns} caller(s), wall clock inside call_tool"] = data
+        log(f"profile {names[0]} tools/call c{conns} wall: {data['samples']} samples, {data['by_call_site'][:3]}")
+        bench.wait_quiet()
     return out
+
+
+def call_sites(raw: Path, within: str, top: int = 8) -> list[tuple[str, float]]:
+    """Wall-clock shares by the innermost mcptasks frame (file:line) of the
+    stacks through ``within``: which line of mcptasks the time is spent under."""
+    counts: Counter[str] = Counter()
+    total = 0
+    for frames, n in parse(raw):
+        if not any(within in f for f in frames):
+            continue
+        total += n
+        mine = [f for f in frames if re.search(r"\(mcptasks/", f)]
+        counts[mine[-1] if mine else "?"] += n
+    return [(k, round(100 * v / max(total, 1), 1)) for k, v in counts.most_common(top)]
 
 
 def inprocess(bench: Bench) -> dict[str, Any]:

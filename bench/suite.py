@@ -280,6 +280,8 @@ def profile_text(results: dict[str, Any]) -> str:
         lines.append(f"- **{name}** ({data['samples']} samples; {load} while profiled):")
         lines.append("  - layers: " + ", ".join(f"{k} {v} %" for k, v in data["layers"][:10]))
         lines.append("  - inclusive: " + ", ".join(f"{k} {v} %" for k, v in data["inclusive"]))
+        if data.get("by_call_site"):
+            lines.append("  - by mcptasks line: " + ", ".join(f"`{k}` {v} %" for k, v in data["by_call_site"][:6]))
     ip = results.get("inprocess") or {}
     if ip and "error" not in ip:
         lines.append("")
