@@ -119,13 +119,14 @@ def main() -> None:
     docs.add_argument("--write-docs", action="store_true", help="update docs/performance.md (default for full runs)")
     docs.add_argument("--no-docs", action="store_true")
     ap.add_argument("--report-only", metavar="DIR", help="rebuild the table (and docs) from DIR/results.json")
+    ap.add_argument("--profile-from", metavar="DIR", help="with --report-only: take the profiles from DIR's run")
     args = ap.parse_args()
     # Stop cleanly (servers, databases, Redis keys) on Ctrl-C and on SIGTERM,
     # even when started in the background with SIGINT ignored.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _interrupt)
     if args.report_only:
-        report_only(Path(args.report_only), write_docs=args.write_docs)
+        report_only(Path(args.report_only), write_docs=args.write_docs, profile_from=args.profile_from)
         return
     skip = {s.strip().lower() for s in args.skip.split(",") if s.strip()}
     cfg = Config.quick_mode() if args.quick else Config()
@@ -253,8 +254,13 @@ def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def report_only(workdir: Path, write_docs: bool) -> None:
+def report_only(workdir: Path, write_docs: bool, profile_from: str | None = None) -> None:
     results = json.loads((workdir / "results.json").read_text())
+    if profile_from:
+        other = json.loads((Path(profile_from) / "results.json").read_text())
+        results["profile"] = other.get("profile", {})
+        results["inprocess"] = other.get("inprocess", {})
+        results["profile_run"] = f"{other['started']}, commit `{other['git']}`"
     text = report.table(results)
     (workdir / "table.md").write_text(text)
     made = report.plots(results, IMG if write_docs else workdir)
@@ -272,9 +278,12 @@ def profile_text(results: dict[str, Any]) -> str:
         "### Where the time goes",
         "",
         "py-spy `--gil` samples (interpreter time) of the mcptasks processes under load; each sample is",
-        "attributed to the innermost known layer of its stack (`bench/profiling.py`).",
+        "attributed to the innermost known layer of its stack (`bench/profiling.py`). The *wall clock*",
+        "profiles sample every thread, waiting or not, inside the function named.",
         "",
     ]
+    if results.get("profile_run"):
+        lines += [f"Profiles from a separate profiling pass ({results['profile_run']}).", ""]
     for name, data in results.get("profile", {}).items():
         load = ", ".join(f"{k} {v:.0f}" for k, v in (data.get("load") or {}).items())
         lines.append(f"- **{name}** ({data['samples']} samples; {load} while profiled):")
