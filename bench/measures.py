@@ -24,13 +24,13 @@ from bench.stacks import Bench
 class Config:
     quick: bool = False
     rounds: int = 3
-    p1_seconds: float = 8.0
+    p1_seconds: float = 6.0
     p1_tasks: int = 500
-    sweep_seconds: float = 5.0
+    sweep_seconds: float = 4.0
     p1_sweep: list[int] = field(default_factory=lambda: [1, 4, 16, 32, 64])
     p2_n1: int = 200
     p2_n32: int = 500
-    p3_seconds: float = 8.0
+    p3_seconds: float = 6.0
     p3_warmup: float = 2.0
     p3_poll: float = 0.02
     p3_sweep: list[int] = field(default_factory=lambda: [1, 4, 16, 32, 64])
@@ -39,27 +39,27 @@ class Config:
     p4_purge: int = 1_000_000
     p4_pollers: int = 16
     p4_poll_interval: float = 0.25
-    p4_purge_cap: float = 150.0
+    p4_purge_cap: float = 120.0
     pgbench_seconds: float = 8.0
 
     @classmethod
     def quick_mode(cls) -> Config:
         return cls(
             quick=True,
-            rounds=2,
+            rounds=1,
             p1_seconds=4.0,
             p1_tasks=200,
             sweep_seconds=3.0,
             p1_sweep=[],
-            p2_n1=100,
-            p2_n32=300,
+            p2_n1=60,
+            p2_n32=200,
             p3_seconds=4.0,
             p3_warmup=1.0,
             p3_sweep=[],
             p4_small=10_000,
-            p4_large=300_000,
-            p4_purge=50_000,
-            p4_purge_cap=30.0,
+            p4_large=100_000,
+            p4_purge=20_000,
+            p4_purge_cap=20.0,
             pgbench_seconds=4.0,
         )
 

@@ -12,9 +12,10 @@ makes of an unset ``CONN_MAX_AGE``: the bench reports what Django saw),
 
 plus ``celery -A project worker --concurrency 2`` (two worker processes).
 
-fastmcp-tasks (Docket on Redis): ``uvicorn bench.peer_server:app`` (its web
-process also runs a Docket worker, as fastmcp-tasks always does) plus two
-``python -m fastmcp_tasks.worker_cli worker`` processes.
+fastmcp-tasks (Docket on Redis): ``uvicorn bench.peer_server:app --workers 2``
+(as many web processes as mcptasks gets; each also runs a Docket worker, as
+fastmcp-tasks always does) plus two ``python -m fastmcp_tasks.worker_cli
+worker`` processes.
 
 Every name is unique to the run (databases, Celery queue, Docket name), so
 nothing else on the machine is touched; Redis keys are deleted at the end.
@@ -137,7 +138,7 @@ MCP_WEB = {
         ],
     },
 }
-PEER_LABEL = "fastmcp-tasks · uvicorn"
+PEER_LABEL = "fastmcp-tasks · uvicorn ×2"
 
 
 @dataclass
@@ -171,7 +172,7 @@ class Bench:
     #: single wait, and the total wait a run may spend.
     gate_foreign: float = 0.5
     gate_max: float = 20.0
-    gate_budget: float = 300.0
+    gate_budget: float = 240.0
     gate_used: float = 0.0
 
     def __post_init__(self) -> None:

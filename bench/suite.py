@@ -112,7 +112,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="a short pass (a few minutes)")
     ap.add_argument("--skip", default="", help="comma list of: P1,P2,P3,P4,sweeps,profile,pgbench")
     ap.add_argument("--mcptasks", default="uvicorn,gunicorn", help="mcptasks web configurations to run")
-    ap.add_argument("--peer-web-workers", type=int, default=1)
+    ap.add_argument("--peer-web-workers", type=int, default=2)
     ap.add_argument("--p4-rows", type=int, help="rows of P4's large table (default 10M, quick 300k)")
     ap.add_argument("--p4-purge", type=int, help="expired rows among them (default 1M, quick 50k)")
     docs = ap.add_mutually_exclusive_group()
@@ -146,6 +146,8 @@ def main() -> None:
 
     services = Services()
     bench = Bench(services, logs=workdir / "logs", poll_interval_ms=500)
+    if cfg.quick:  # a smoke pass: wait less for a quiet machine
+        bench.gate_max, bench.gate_budget = 5.0, 30.0
     mcp_names = [n.strip() for n in args.mcptasks.split(",") if n.strip()]
     contenders = [mcp_names[0], "peer", *mcp_names[1:]]
     results: dict[str, Any] = {
