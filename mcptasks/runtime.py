@@ -15,12 +15,17 @@ from .conf import settings
 logger = logging.getLogger("mcptasks.runtime")
 
 
+_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
+
+
 def enqueue_run(task_id: str) -> bool:
     from .jobs import run_task
 
     options = {"queue": settings.CELERY_QUEUE} if settings.CELERY_QUEUE else {}
     try:
-        run_task.apply_async((task_id,), retry=False, **options)
+        # A short retry: after a broker restart the pooled connection is dead,
+        # and kombu reconnects only when it retries.
+        run_task.apply_async((task_id,), retry=True, retry_policy=_RETRY_POLICY, **options)
     except Exception:
         logger.warning("could not enqueue task %s; the sweeper will retry", task_id, exc_info=True)
         return False

@@ -195,15 +195,37 @@ class PendingReply:
         self.message = message
 
 
+def _request_id(args: tuple[Any, ...]) -> Any:
+    """The JSON-RPC id among a handler's arguments, when it has a valid one."""
+    for arg in args:
+        if isinstance(arg, PendingReply):
+            return arg.message.id
+        if isinstance(arg, dict):
+            value = arg.get("id")
+            if isinstance(value, (str, int)) and not isinstance(value, bool):
+                return value
+    return None
+
+
 def _with_connections(serve: Any) -> Any:
     """Django's per-request connection upkeep, for work on our own threads."""
 
     def wrapper(*args: Any) -> HttpResponse:
-        close_old_connections()
         try:
-            return serve(*args)
-        finally:
             close_old_connections()
+            try:
+                return serve(*args)
+            finally:
+                close_old_connections()
+        except DatabaseError:
+            # The database went away around the request (a restart): a clean
+            # JSON-RPC error; the next request reconnects.
+            logger.warning("database unavailable", exc_info=True)
+            exc = ProtocolError(INTERNAL_ERROR, "Internal error: the task store is unavailable; retry later")
+            return error_response(exc, _request_id(args), status=503)
+        except Exception:
+            logger.exception("unexpected error serving /mcp")
+            return error_response(ProtocolError(INTERNAL_ERROR, "Internal error"), _request_id(args), status=500)
 
     return wrapper
 

@@ -227,7 +227,7 @@ def test_blocked_streams_hold_no_thread_each(mcp, live_stack):
     for task_id in task_ids:
         mcp.request("tasks/cancel", {"taskId": task_id})
     for waiter in waiters:
-        waiter.join(20)
+        waiter.join(60)  # generous: CI machines are loaded; the wake-up itself is not timed here
     assert during - before < 20, f"{during - before} more threads for 50 open streams"
     assert len(outcomes) == 50
     assert all(o["error"]["data"]["status"] == "cancelled" for o in outcomes), outcomes
