@@ -11,6 +11,7 @@ by default; the full form is marked ``slow`` and runs only with
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
@@ -81,8 +82,15 @@ def _acquire() -> Services:
                 redis.stop()
                 raise
             _services = Services(postgres, redis)
+            atexit.register(_stop_at_exit, _services)
         _users += 1
         return _services
+
+
+def _stop_at_exit(services: Services) -> None:
+    """However the session ends, leave no server behind."""
+    services.redis.stop()
+    services.postgres.destroy()
 
 
 def _release() -> None:
