@@ -84,6 +84,7 @@ def test_r2_broker_outage(own_redis, chaos_stack_factory, form):
     except AssertionError:
         # Say why, then show that the rows survived: restart the tool workers
         # (as an operator would) and everything must still finish.
+        wedged = [name for name in stack.procs if "Unrecoverable error" in stack.log_text(name)]
         stalled = (
             f"{audit.active_count(stack)} tasks still active 60 s after Redis returned; "
             f"workers that logged a Celery 'Unrecoverable error' and stopped consuming: {wedged or 'none'}"
