@@ -14,8 +14,19 @@ BEGIN = "<!-- bench:results:begin -->"
 END = "<!-- bench:results:end -->"
 
 
+#: Web processes of the peer in the run being reported (older results: 1).
+_peer_workers = 2
+
+
 def label(name: str) -> str:
-    return PEER_LABEL if name == "peer" else MCP_WEB[name]["label"]
+    if name == "peer":
+        return PEER_LABEL if _peer_workers == 2 else PEER_LABEL.replace(" ×2", f" ×{_peer_workers}").replace(" ×1", "")
+    return MCP_WEB[name]["label"]
+
+
+def use(results: dict[str, Any]) -> None:
+    global _peer_workers
+    _peer_workers = int(results.get("peer_web_workers", 1))
 
 
 def med(values: list[float]) -> float:
@@ -39,6 +50,15 @@ def ratios(
     mine = {r["round"]: r[field] for r in rows.get(name, [])}
     theirs = {r["round"]: r[field] for r in rows.get(peer, [])}
     return [mine[k] / theirs[k] for k in sorted(mine) if theirs.get(k)]
+
+
+def foreign(r: dict) -> float | None:
+    """Cores the rest of the machine used during one run (machine minus the bench's own)."""
+    cpu = r.get("cpu") or {}
+    if "machine" not in cpu:
+        return None
+    ours = sum(v for k, v in cpu.items() if k != "machine") + (r.get("loadgen_cores") or 0)
+    return max(0.0, cpu["machine"] - ours)
 
 
 def fmt(v: float, unit: str = "") -> str:
@@ -74,7 +94,9 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
         rows = by(recs, measure, variant)
         vals = {n: med([r[field] for r in rows.get(n, [])]) for n in names}
         rat = {n: med(ratios(recs, measure, variant, n, field)) for n in mcp}
+        noise = med([foreign(r) for rr in rows.values() for r in rr if foreign(r) is not None])
         entry = {
+            "noise": noise,
             "title": title,
             "unit": unit,
             "values": vals,
@@ -207,15 +229,23 @@ def goal_lines(results: dict[str, Any], s: dict[str, Any]) -> list[str]:
 
 
 def table(results: dict[str, Any]) -> str:
+    use(results)
     s = summarize(results)
     names = results["contenders"]
     mcp = [n for n in names if n != "peer"]
-    head = ["measure", *(label(n) for n in names), *(f"ratio {n} ÷ peer" for n in mcp), "floor / note"]
+    head = [
+        "measure",
+        *(label(n) for n in names),
+        *(f"ratio {n} ÷ peer" for n in mcp),
+        "other load (cores)",
+        "floor / note",
+    ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in s["rows"]:
         cells = [r["title"]]
         cells += [fmt(r["values"][n], r["unit"] if r["unit"] == "ms" else "") for n in names]
         cells += [fr(r["ratios"][n]) for n in mcp]
+        cells.append("–" if math.isnan(r["noise"]) else f"{r['noise']:.2f}")
         cells.append(r["floor"] or ("lower is better" if not r["higher_better"] else ""))
         lines.append("| " + " | ".join(cells) + " |")
     p4 = results.get("p4")
@@ -227,7 +257,7 @@ def table(results: dict[str, Any]) -> str:
         def p4row(title: str, value: str, note: str) -> None:
             cells = list(blank)
             cells[idx] = value
-            lines.append("| " + " | ".join([title, *cells, *(["–"] * len(mcp)), note]) + " |")
+            lines.append("| " + " | ".join([title, *cells, *(["–"] * len(mcp)), "–", note]) + " |")
 
         p4row(
             f"P4 tasks/get p50, 1 poller, {p4['small_stats']['rows']:,} rows",
@@ -260,21 +290,17 @@ def table(results: dict[str, Any]) -> str:
         used = [r.get("loadgen_cores") for r in results["records"] if r.get("loadgen_cores") is not None]
         lines.append(
             f"| load generator: wrk, 1 thread | max {max(used, default=0):.2f} cores in any run | "
-            + " | ".join(["–"] * (len(names) + len(mcp) - 1))
+            + " | ".join(["–"] * (len(names) + len(mcp)))
             + f" | against a trivial server: {fmt(lg['rps'])} req/s on {lg['loadgen_cores']:.2f} cores, "
             f"{1e6 * lg['loadgen_cores'] / max(lg['rps'], 1):.0f} µs of CPU per request |"
         )
-    foreign = []
-    for r in results["records"]:
-        cpu = r.get("cpu") or {}
-        if "machine" in cpu:
-            ours = sum(v for k, v in cpu.items() if k != "machine") + (r.get("loadgen_cores") or 0)
-            foreign.append(max(0.0, cpu["machine"] - ours))
+    foreign_all = [f for f in (foreign(r) for r in results["records"]) if f is not None]
     notes = []
-    if foreign:
+    if foreign_all:
         notes.append(
             f"- Noise: while the bench ran, processes outside it (other sessions' test suites, etc.) used a median "
-            f"{med(foreign):.2f} of the {results['machine']['cores']} cores (max {max(foreign):.2f}); every ratio "
+            f"{med(foreign_all):.2f} of the {results['machine']['cores']} cores (max {max(foreign_all):.2f}; per "
+            f"measure in the *other load* column); every ratio "
             f"above is taken between adjacent runs of one round. Before each run the bench waited (up to 20 s, "
             f"{results.get('gate_wait_s', 0):.0f} s in all) for that load to fall below half a core."
         )
@@ -287,6 +313,7 @@ def plots(results: dict[str, Any], outdir: Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    use(results)
     outdir.mkdir(parents=True, exist_ok=True)
     names = results["contenders"]
     made = []

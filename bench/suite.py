@@ -154,6 +154,7 @@ def main() -> None:
         "started": time.strftime("%Y-%m-%d %H:%M"),
         "config": cfg.__dict__,
         "contenders": contenders,
+        "peer_web_workers": args.peer_web_workers,
         "machine": machine(),
         "git": git_rev(),
         "records": [],
