@@ -141,6 +141,12 @@ class Listener:
             return await asyncio.wait_for(self.layer.receive(self.channel), timeout)
         except TimeoutError:
             return None
+        except Exception as exc:
+            # The layer's own client timed out while blocking for a message
+            # (redis-py reads with a socket timeout): nothing arrived yet.
+            if "timeout" in type(exc).__name__.lower():
+                return None
+            raise
 
     async def messages(self, keepalive: float) -> AsyncIterator[dict[str, Any] | None]:
         """Messages as they come; ``None`` after each idle ``keepalive`` period."""
