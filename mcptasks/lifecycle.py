@@ -229,16 +229,34 @@ class TooManyActiveTasks(Exception):
         self.limit = limit
 
 
+#: How far below the quota an owner's count must be for a creation to share
+#: the per-owner lock instead of taking it alone. Sharers run side by side, so
+#: the quota stays exact while fewer than this many creations of one owner are
+#: in flight at once (a web process runs at most ``WEB_THREADS``).
+QUOTA_LOCK_MARGIN = 256
+
+
 def _check_active_quota(owner: str) -> None:
-    """``MAX_ACTIVE_TASKS_PER_OWNER``, exact under concurrency: on Postgres the
-    owner's creations are serialized by a transaction-scoped advisory lock."""
+    """``MAX_ACTIVE_TASKS_PER_OWNER``, exact under concurrency.
+
+    On Postgres every creation holds a transaction-scoped advisory lock on
+    its owner, in one mode only (never upgraded, so never a deadlock). Far
+    below the limit it is shared, so one owner's creations do not wait for
+    each other's commits. Near it, the lock is exclusive, which waits for
+    every creation in flight to commit, and the count is taken again under it.
+    """
     limit = settings.MAX_ACTIVE_TASKS_PER_OWNER
     if limit is None:
         return
+    active = Task.objects.filter(owner=owner, status__in=ACTIVE_STATUSES)
     if connection.vendor == "postgresql":
+        shared = limit > QUOTA_LOCK_MARGIN and active.count() < limit - QUOTA_LOCK_MARGIN
+        function = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [f"mcptasks:{owner}"])
-    if Task.objects.filter(owner=owner, status__in=ACTIVE_STATUSES).count() >= limit:
+            cursor.execute(f"SELECT {function}(hashtextextended(%s, 0))", [f"mcptasks:{owner}"])
+        if shared:
+            return
+    if active.count() >= limit:
         raise TooManyActiveTasks(limit)
 
 

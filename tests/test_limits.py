@@ -268,6 +268,85 @@ def test_active_task_quota_is_exact_under_concurrency(limit):
     assert Task.objects.filter(owner="racer").count() == 5
 
 
+def _active_tasks(owner: str, count: int) -> None:
+    from django.utils import timezone
+
+    now = timezone.now()
+    Task.objects.bulk_create(
+        Task(owner=owner, tool_name="slow_compute", status=TaskStatus.WORKING, created_at=now, updated_at=now)
+        for _ in range(count)
+    )
+
+
+def _create_in_open_transaction(owner: str, created: threading.Event, release: threading.Event) -> None:
+    """Create a task and keep its transaction open until ``release``."""
+    from django.db import connection, transaction
+
+    try:
+        with transaction.atomic():
+            lifecycle.create_task(owner=owner, tool_name="slow_compute", arguments={}, enqueue=False)
+            created.set()
+            release.wait(30)
+    finally:
+        connection.close()
+
+
+def test_creations_far_below_the_quota_do_not_wait_for_each_other(limit):
+    """Far below the limit, one owner's creations share the owner's lock: a
+    creation whose transaction is still open holds up no other."""
+    limit(MAX_ACTIVE_TASKS_PER_OWNER=lifecycle.QUOTA_LOCK_MARGIN + 100)
+    created, release = threading.Event(), threading.Event()
+    holder = threading.Thread(target=_create_in_open_transaction, args=("sharer", created, release))
+    holder.start()
+    try:
+        assert created.wait(10)
+        started = time.monotonic()
+        lifecycle.create_task(owner="sharer", tool_name="slow_compute", arguments={}, enqueue=False)
+        assert time.monotonic() - started < 2, "a creation waited for another one's commit"
+    finally:
+        release.set()
+        holder.join(30)
+    assert Task.objects.filter(owner="sharer").count() == 2
+
+
+def test_near_the_quota_a_creation_waits_for_those_in_flight(limit):
+    """Near the limit the count is taken under the owner's lock held alone:
+    it waits for a creation still in flight and counts it."""
+    cap = lifecycle.QUOTA_LOCK_MARGIN + 10
+    limit(MAX_ACTIVE_TASKS_PER_OWNER=cap)
+    _active_tasks("edge", cap - 2)  # near the limit: two places left
+    created, release = threading.Event(), threading.Event()
+    holder = threading.Thread(target=_create_in_open_transaction, args=("edge", created, release))
+    holder.start()
+    outcomes: list[str] = []
+
+    def create() -> None:
+        from django.db import connection
+
+        try:
+            lifecycle.create_task(owner="edge", tool_name="slow_compute", arguments={}, enqueue=False)
+            outcomes.append("created")
+        except lifecycle.TooManyActiveTasks:
+            outcomes.append("refused")
+        finally:
+            connection.close()
+
+    try:
+        assert created.wait(10)
+        racers = [threading.Thread(target=create) for _ in range(3)]
+        for racer in racers:
+            racer.start()
+        time.sleep(0.5)
+        assert outcomes == [], "a creation near the limit went ahead of one still in flight"
+    finally:
+        release.set()
+        holder.join(30)
+    for racer in racers:
+        racer.join(30)
+    assert sorted(outcomes) == ["created", "refused", "refused"]
+    assert Task.objects.filter(owner="edge", status__in=["working", "input_required"]).count() == cap
+
+
 # THROTTLE_RATES -----------------------------------------------------------------------------
 
 
