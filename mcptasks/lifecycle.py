@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import connection, models, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -567,18 +567,54 @@ def purge_expired(*, batch_size: int | None = None, dry_run: bool = False, max_b
     expired = Task.objects.filter(status__in=TERMINAL_STATUSES, expires_at__lt=timezone.now())
     if dry_run:
         return expired.count()
+    delete_batch = _delete_expired_batch_sql if connection.vendor == "postgresql" else _delete_expired_batch_orm
     total = 0
     batches = 0
     while max_batches is None or batches < max_batches:
-        ids = list(expired.order_by("expires_at").values_list("id", flat=True)[:size])
-        if not ids:
-            break
         with transaction.atomic():
-            InputRequest.objects.filter(task_id__in=ids).delete()
-            TaskEvent.objects.filter(task_id__in=ids).delete()
-            total += Task.objects.filter(pk__in=ids, status__in=TERMINAL_STATUSES).delete()[1].get("mcptasks.Task", 0)
+            deleted = delete_batch(expired, size)
+        if not deleted:
+            break
+        total += deleted
         batches += 1
     return total
+
+
+def _delete_expired_batch_orm(expired: Any, size: int) -> int:
+    ids = list(expired.order_by("expires_at").values_list("id", flat=True)[:size])
+    if not ids:
+        return 0
+    InputRequest.objects.filter(task_id__in=ids).delete()
+    TaskEvent.objects.filter(task_id__in=ids).delete()
+    return Task.objects.filter(pk__in=ids, status__in=TERMINAL_STATUSES).delete()[1].get("mcptasks.Task", 0)
+
+
+def _delete_expired_batch_sql(expired: Any, size: int) -> int:
+    """One statement: the batch's rows and every row that refers to them.
+
+    Django's delete collector would first load each doomed task, with its
+    arguments and result, to cascade in Python. Rows some other transaction
+    holds (an outcome being marked read) are skipped, not waited for.
+    """
+    doomed_sql, params = expired.order_by("expires_at").values("pk")[:size].query.sql_with_params()
+    quote = connection.ops.quote_name
+    task_table = quote(Task._meta.db_table)
+    referrers = [
+        (quote(rel.related_model._meta.db_table), quote(rel.field.column))
+        for rel in Task._meta.related_objects
+        if rel.on_delete is models.CASCADE
+    ]
+    deletes = "".join(
+        f", gone_{n} AS (DELETE FROM {table} WHERE {column} IN (SELECT pk FROM doomed))"
+        for n, (table, column) in enumerate(referrers)
+    )
+    sql = (
+        f"WITH doomed AS ({doomed_sql} FOR UPDATE SKIP LOCKED){deletes} "
+        f"DELETE FROM {task_table} WHERE {quote(Task._meta.pk.column)} IN (SELECT pk FROM doomed)"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.rowcount
 
 
 def expire_now(task_id: str, *, actor: str) -> bool:
