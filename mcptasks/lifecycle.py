@@ -707,9 +707,11 @@ def note_result_retrieved(task: Task, *, actor: str) -> bool:
     """Audit a read of a finished task's outcome (its result or error).
 
     Every such read is logged on ``mcptasks.audit``; the first is also
-    recorded as a ``result_retrieved`` event. Reads of unfinished tasks (the
-    polling hot path) cost nothing, and later reads of a finished one cost
-    one indexed lookup. Returns whether an event was written.
+    recorded as a ``result_retrieved`` event, guarded by the task's
+    ``outcome_read_at`` (set once). Reads of unfinished tasks (the polling hot
+    path) cost nothing, and later reads of a finished one cost nothing either:
+    the row read for the answer carries the mark. Returns whether an event
+    was written.
     """
     if task.status not in TERMINAL_STATUSES:
         return False
@@ -727,12 +729,14 @@ def note_result_retrieved(task: Task, *, actor: str) -> bool:
             "actor": actor,
         },
     )
-    seen = TaskEvent.objects.filter(task_id=task.id, kind="result_retrieved")
-    if seen.exists():
+    if task.outcome_read_at is not None:
         return False
+    now = timezone.now()
     with transaction.atomic():
-        status = Task.objects.select_for_update().filter(pk=task.id).values_list("status", flat=True).first()
-        if status not in TERMINAL_STATUSES or seen.exists():
-            return False
-        _record(task.id, "result_retrieved", actor, now=timezone.now(), detail={"status": status})
-    return True
+        first = Task.objects.filter(pk=task.id, status__in=TERMINAL_STATUSES, outcome_read_at__isnull=True).update(
+            outcome_read_at=now
+        )
+        if first:
+            _record(task.id, "result_retrieved", actor, now=now, detail={"status": task.status})
+    task.outcome_read_at = now
+    return bool(first)

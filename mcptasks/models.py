@@ -52,6 +52,7 @@ class TaskManager(models.Manager["Task"]):
         "updated_at",
         "ttl_ms",
         "poll_interval_ms",
+        "outcome_read_at",
     )
 
     def lookup(self, task_id: str, owner: str) -> Task | None:
@@ -108,6 +109,9 @@ class Task(models.Model):
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
     cancelled_by = models.CharField(max_length=255, blank=True, default="")
+    #: First read of a finished task's outcome (the retrieval audit): on the
+    #: row, so a poll of a finished task needs no second query.
+    outcome_read_at = models.DateTimeField(null=True, blank=True)
 
     objects = TaskManager()
 
