@@ -100,6 +100,10 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Keep workers' database connections between runs: without it Celery's Django
+# fix-up closes them around every task and each run reconnects. mcptasks'
+# run job drops a broken or aged connection itself (mcptasks.jobs).
+CELERY_DB_REUSE_MAX = env.int("CELERY_DB_REUSE_MAX", default=1000)
 # Retry channel errors too: a broker restart must not leave a worker that
 # no longer consumes (docs/reliability.md, known gap 2).
 CELERY_BROKER_CHANNEL_ERROR_RETRY = True
