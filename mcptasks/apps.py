@@ -10,8 +10,11 @@ class MCPTasksConfig(AppConfig):
     def ready(self) -> None:
         from django.conf import settings as django_settings
 
-        from . import checks, jobs  # noqa: F401  (registers the system checks and the Celery tasks)
+        from . import brokers, checks, jobs  # noqa: F401  (registers the system checks and the Celery tasks)
         from .conf import settings
+
+        # A worker on a Redis broker must survive a broker outage (see brokers.py).
+        brokers.connect()
 
         # Tools live in a module of any installed app, found like admin.py.
         autodiscover_modules(settings.TOOLS_MODULE)
