@@ -517,7 +517,9 @@ def sweep(*, dry_run: bool = False, limit: int = 500) -> SweepReport:
     * ``working`` with a lapsed lease: its worker died. Re-enqueue it, or fail
       it once its attempts are used up.
     * ``working`` with no lease, dispatched longer ago than the grace period:
-      its message was lost between commit and publish. Re-enqueue it.
+      its message was lost between commit and publish. Re-enqueue it. The
+      grace doubles with each re-enqueue since the task last started a run
+      (see ``_unclaimed_due``), so a backlog is not re-enqueued at every sweep.
     """
     from . import runtime
 
@@ -526,12 +528,7 @@ def sweep(*, dry_run: bool = False, limit: int = 500) -> SweepReport:
     lapsed = list(
         Task.objects.filter(status=TaskStatus.WORKING, lease_expires_at__lt=now).values_list("id", "attempts")[:limit]
     )
-    grace = now - timedelta(seconds=settings.DISPATCH_GRACE_SECONDS)
-    unclaimed = list(
-        Task.objects.filter(status=TaskStatus.WORKING, lease_expires_at__isnull=True)
-        .filter(Q(dispatched_at__lt=grace) | Q(dispatched_at__isnull=True))
-        .values_list("id", "attempts")[:limit]
-    )
+    unclaimed = _unclaimed_due(now, limit)
     for task_id, attempts in lapsed + unclaimed:
         if attempts >= settings.MAX_ATTEMPTS:
             report.failed += 1
@@ -558,6 +555,49 @@ def sweep(*, dry_run: bool = False, limit: int = 500) -> SweepReport:
                 _record(task_id, "redispatched", SYSTEM, now=now, detail={"attempts": attempts})
                 transaction.on_commit(lambda tid=task_id: runtime.enqueue_run(tid))
     return report
+
+
+#: The dispatch grace doubles with each re-enqueue of a task that nobody
+#: claimed, up to this factor (16 x ``DISPATCH_GRACE_SECONDS``).
+REDISPATCH_BACKOFF_MAX_FACTOR = 16
+
+
+def _unclaimed_due(now: datetime, limit: int) -> list[tuple[str, int]]:
+    """``working`` tasks with no lease whose re-enqueue is due, oldest first.
+
+    A task's message may be lost (re-enqueue it after ``DISPATCH_GRACE_SECONDS``)
+    or only waiting behind a backlog longer than the grace; the sweeper cannot
+    tell the two apart. So the wait grows with each re-enqueue since the task
+    last started a run: ``grace * 2**n`` (capped), where ``n`` counts its
+    ``redispatched`` events after its last ``run_started``. The count comes
+    from the audit trail, for the candidate rows only.
+    """
+    grace = settings.DISPATCH_GRACE_SECONDS
+    # Rows still backing off may fill the first ``limit``: look a little further.
+    candidates = list(
+        Task.objects.filter(status=TaskStatus.WORKING, lease_expires_at__isnull=True)
+        .filter(Q(dispatched_at__lt=now - timedelta(seconds=grace)) | Q(dispatched_at__isnull=True))
+        .order_by(F("dispatched_at").asc(nulls_first=True), "id")
+        .values_list("id", "attempts", "dispatched_at")[: limit * 4]
+    )
+    if not candidates:
+        return []
+    since_run: dict[str, int] = {}
+    events = (
+        TaskEvent.objects.filter(task_id__in=[c[0] for c in candidates], kind__in=("run_started", "redispatched"))
+        .order_by("at", "id")
+        .values_list("task_id", "kind")
+    )
+    for task_id, kind in events:
+        since_run[task_id] = 0 if kind == "run_started" else since_run.get(task_id, 0) + 1
+    due: list[tuple[str, int]] = []
+    for task_id, attempts, dispatched_at in candidates:
+        factor = min(2 ** since_run.get(task_id, 0), REDISPATCH_BACKOFF_MAX_FACTOR)
+        if dispatched_at is None or dispatched_at < now - timedelta(seconds=grace * factor):
+            due.append((task_id, attempts))
+            if len(due) == limit:
+                break
+    return due
 
 
 def purge_expired(*, batch_size: int | None = None, dry_run: bool = False, max_batches: int | None = None) -> int:

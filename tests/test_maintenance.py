@@ -87,6 +87,55 @@ def test_sweep_redispatches_a_lost_message_after_the_grace_period(settings):
     assert redispatched == {old.id, never.id}
 
 
+def test_sweep_backs_off_a_task_nobody_claims(settings):
+    """A task that is only waiting in a long queue is not re-enqueued at every
+    sweep: the grace doubles with each re-enqueue since its last run started
+    (capped), and a run that starts resets it."""
+    settings.MCPTASKS = {**settings.MCPTASKS, "DISPATCH_GRACE_SECONDS": 30}
+    task = make_task()
+
+    def sweep_after(seconds: float) -> bool:
+        """Dispatched ``seconds`` ago (as if that time had passed): re-enqueued now?"""
+        Task.objects.filter(pk=task.id).update(dispatched_at=timezone.now() - timedelta(seconds=seconds))
+        before = TaskEvent.objects.filter(task=task, kind="redispatched").count()
+        lifecycle.sweep()
+        return TaskEvent.objects.filter(task=task, kind="redispatched").count() == before + 1
+
+    assert not sweep_after(29)
+    assert sweep_after(31)  # 1 x grace
+    assert not sweep_after(59)
+    assert sweep_after(61)  # 2 x grace
+    assert not sweep_after(119)
+    assert sweep_after(121)  # 4 x grace
+    assert not sweep_after(239)
+    assert sweep_after(241)  # 8 x grace
+    assert not sweep_after(479)
+    assert sweep_after(481)  # 16 x grace: the cap
+    assert not sweep_after(479)
+    assert sweep_after(481)  # still 16 x grace
+    assert Task.objects.get(pk=task.id).status == TaskStatus.WORKING
+
+    # A run starts (and its worker lets go of it): back to one grace.
+    assert lifecycle.claim(task.id, worker=WORKER) is not None
+    lifecycle.release(task.id, worker=WORKER)
+    assert not sweep_after(29)
+    assert sweep_after(31)
+    assert not sweep_after(59)
+
+
+def test_sweep_backoff_leaves_lapsed_leases_alone(settings):
+    """A run whose lease lapsed is re-enqueued at once, however often it was before."""
+    settings.MCPTASKS = {**settings.MCPTASKS, "DISPATCH_GRACE_SECONDS": 30, "MAX_ATTEMPTS": 10}
+    task = make_task()
+    for _ in range(3):
+        Task.objects.filter(pk=task.id).update(dispatched_at=timezone.now() - timedelta(hours=1))
+        assert lifecycle.sweep().redispatched == 1
+    assert lifecycle.claim(task.id, worker=WORKER) is not None
+    lapse(task)
+    assert lifecycle.sweep().redispatched == 1
+    assert TaskEvent.objects.filter(task=task, kind="redispatched").count() == 4
+
+
 def test_sweep_ignores_waiting_and_terminal_tasks():
     waiting = waiting_task()
     done = completed_task()
