@@ -291,7 +291,9 @@ def _transition(
     if not changed:
         return False
     _record(task_id, kind, actor, now=now, from_status=current, to_status=to, detail=detail)
-    if to in TERMINAL_STATUSES:
+    if to in TERMINAL_STATUSES and current == TaskStatus.INPUT_REQUIRED:
+        # Questions are pending only while the task waits (request_input
+        # records them in the same transaction as the move to input_required).
         InputRequest.objects.filter(task_id=task_id, state=InputRequestState.PENDING).update(
             state=InputRequestState.WITHDRAWN
         )
