@@ -66,6 +66,7 @@ def harden_redis_transport() -> bool:
     def _connparams(self: Any, *args: Any, **kwargs: Any) -> Any:
         transport = getattr(self, "connection", None)
         if transport is None or getattr(transport, "client", None) is None:
+            logger.warning("a Redis broker channel outlived its connection; raising a connection error to reconnect")
             raise RedisConnectionError("the broker connection of this channel is closed")
         return original(self, *args, **kwargs)
 
