@@ -8,6 +8,7 @@ a body that is too large, 429 (with ``Retry-After``) for a throttle or quota.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
 import time
@@ -18,6 +19,8 @@ from rest_framework.throttling import SimpleRateThrottle
 
 from .conf import settings
 from .errors import INVALID_REQUEST, ProtocolError
+
+logger = logging.getLogger("mcptasks.limits")
 
 #: Outside the JSON-RPC reserved range, as the MCP spec asks of
 #: implementation-defined codes.
@@ -98,14 +101,22 @@ class FixedWindowThrottle:
         window = int(now // self.seconds)
         cache_key = f"mcptasks:throttle:{self.scope}:{key}:{window}"
         timeout = math.ceil(self.seconds) + 1
-        if cache.add(cache_key, 1, timeout=timeout):
-            count = 1
-        else:
-            try:
-                count = cache.incr(cache_key)
-            except ValueError:  # expired between add and incr
-                cache.add(cache_key, 1, timeout=timeout)
+        try:
+            if cache.add(cache_key, 1, timeout=timeout):
                 count = 1
+            else:
+                try:
+                    count = cache.incr(cache_key)
+                except ValueError:  # expired between add and incr
+                    cache.add(cache_key, 1, timeout=timeout)
+                    count = 1
+        except Exception as exc:
+            # A shared cache (Redis) that is down must not take the endpoint
+            # with it: the request is served uncounted.
+            logger.warning(
+                "throttle cache %r unavailable, %s request not counted: %r", settings.THROTTLE_CACHE, self.scope, exc
+            )
+            return
         if count > self.limit:
             raise RateLimited(
                 f"Too many {self.scope} requests; retry after the interval",

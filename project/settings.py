@@ -104,8 +104,8 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # fix-up closes them around every task and each run reconnects. mcptasks'
 # run job drops a broken or aged connection itself (mcptasks.jobs).
 CELERY_DB_REUSE_MAX = env.int("CELERY_DB_REUSE_MAX", default=1000)
-# Retry channel errors too: a broker restart must not leave a worker that
-# no longer consumes (docs/reliability.md, known gap 2).
+# Retry channel errors too. (A worker that stopped consuming after a broker
+# restart was a kombu bug, which mcptasks.brokers works around.)
 CELERY_BROKER_CHANNEL_ERROR_RETRY = True
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT", default=3600)}
 if CELERY_BROKER_URL.startswith("memory://"):
@@ -121,6 +121,20 @@ if REDIS_URL:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}}
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+# Throttle counters (MCPTASKS["THROTTLE_CACHE"]): in Redis when REDIS_URL is
+# set, so that every web process counts against one limit; in each process's
+# memory otherwise. The key prefix keeps deployments that share a Redis (one
+# per database) apart. Short timeouts: while Redis is down, requests are
+# served uncounted (mcptasks.limits) and must not wait for it.
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+if REDIS_URL:
+    CACHES["throttle"] = {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": env("CACHE_KEY_PREFIX", default=f"mcptasks:{DATABASES['default']['NAME']}"),
+        "OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 0.5},
+    }
 
 MCPTASKS = {
     "SERVER_NAME": "mcptasks-example",
@@ -139,6 +153,7 @@ MCPTASKS = {
     # Abuse limits; "0" turns the poll throttle off (benchmarks do).
     "POLL_BURST": env.int("MCP_POLL_BURST", default=10) or None,
     "MAX_ACTIVE_TASKS_PER_OWNER": env.int("MCP_MAX_ACTIVE_TASKS", default=1000) or None,
+    "THROTTLE_CACHE": "throttle" if REDIS_URL else "default",
 }
 
 # The embedded default is a single-process development setup by design: its

@@ -22,4 +22,5 @@ DATABASES["default"]["CONN_MAX_AGE"] = 0
 
 CELERY_BROKER_URL = "memory://"
 CELERY_BROKER_TRANSPORT_OPTIONS = {"polling_interval": 0.02}
-MCPTASKS = {**MCPTASKS, "CELERY_QUEUE": None}
+# Throttle counters in this process's memory (tests clear them), even with REDIS_URL set.
+MCPTASKS = {**MCPTASKS, "CELERY_QUEUE": None, "THROTTLE_CACHE": "default"}

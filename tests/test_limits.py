@@ -397,6 +397,19 @@ def test_unlisted_kind_is_not_throttled(rpc, limit):
         assert rpc.call_tool("greet", {"name": "a"}).ok
 
 
+def test_requests_are_served_uncounted_while_the_throttle_cache_is_down(rpc, limit, settings, caplog):
+    """A shared throttle cache (Redis) that is down does not take the endpoint with it."""
+    settings.CACHES = {
+        **settings.CACHES,
+        # Nothing listens on port 1: every cache call fails to connect.
+        "down": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": "redis://127.0.0.1:1/0"},
+    }
+    limit(THROTTLE_RATES={"call": "1/m"}, THROTTLE_CACHE="down")
+    for _ in range(3):
+        assert rpc.call_tool("greet", {"name": "a"}).ok
+    assert "throttle cache 'down' unavailable" in caplog.text
+
+
 # POLL_BURST ----------------------------------------------------------------------------------
 
 
