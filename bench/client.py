@@ -37,9 +37,17 @@ def run(coro: Any) -> Any:
     return asyncio.run(coro)
 
 
-def rpc_bytes(host: str, path: str, method: str, params: dict[str, Any], name: str, rid: int = 1) -> bytes:
+def rpc_bytes(
+    host: str,
+    path: str,
+    method: str,
+    params: dict[str, Any],
+    name: str,
+    rid: int | str = 1,
+    meta: dict[str, Any] | None = None,
+) -> bytes:
     body = json.dumps(
-        {"jsonrpc": "2.0", "id": rid, "method": method, "params": {**params, "_meta": META}},
+        {"jsonrpc": "2.0", "id": rid, "method": method, "params": {**params, "_meta": meta or META}},
         separators=(",", ":"),
     ).encode()
     head = (
@@ -124,11 +132,12 @@ class Conn:
 class Client:
     url: str
 
-    def call_bytes(self, tool: str, arguments: dict[str, Any] | None = None) -> bytes:
+    def call_bytes(
+        self, tool: str, arguments: dict[str, Any] | None = None, meta: dict[str, Any] | None = None
+    ) -> bytes:
         c = urlsplit(self.url)
-        return rpc_bytes(
-            f"{c.hostname}:{c.port}", c.path, "tools/call", {"name": tool, "arguments": arguments or {}}, tool
-        )
+        params = {"name": tool, "arguments": arguments or {}}
+        return rpc_bytes(f"{c.hostname}:{c.port}", c.path, "tools/call", params, tool, meta=meta)
 
     def get_bytes(self, task_id: str) -> bytes:
         c = urlsplit(self.url)
@@ -147,9 +156,16 @@ def _result(status: int, body: bytes) -> dict[str, Any]:
 # Seeding ---------------------------------------------------------------------------------
 
 
-async def create_tasks(url: str, tool: str, arguments: dict[str, Any], n: int, concurrency: int = 16) -> list[str]:
+async def create_tasks(
+    url: str,
+    tool: str,
+    arguments: dict[str, Any],
+    n: int,
+    concurrency: int = 16,
+    meta: dict[str, Any] | None = None,
+) -> list[str]:
     client = Client(url)
-    raw = client.call_bytes(tool, arguments)
+    raw = client.call_bytes(tool, arguments, meta=meta)
     ids: list[str] = []
     left = iter(range(n))
 

@@ -138,6 +138,18 @@ MCP_WEB = {
         ],
     },
 }
+
+
+def _one_process(argv: list[str]) -> list[str]:
+    argv[argv.index("--workers") + 1] = "1"
+    return argv
+
+
+# The listen-stream bench (bench/listen.py): one ASGI process holds every stream.
+MCP_WEB["uvicorn-1"] = {
+    "label": "mcptasks · uvicorn ×1",
+    "argv": lambda port: _one_process(MCP_WEB["uvicorn"]["argv"](port)),
+}
 PEER_LABEL = "fastmcp-tasks · uvicorn ×2"
 
 

@@ -1,3 +1,5 @@
+import os
+
 from django.apps import AppConfig
 
 
@@ -5,3 +7,9 @@ class BenchAppConfig(AppConfig):
     name = "bench.benchapp"
     label = "benchapp"
     verbose_name = "Benchmark fixtures"
+
+    def ready(self) -> None:
+        if os.environ.get("BENCH_COMMIT_LOG"):
+            from . import commits
+
+            commits.install()
