@@ -5,16 +5,17 @@ the broker goes away. When the connection breaks, Celery collects it
 (``Connection.collect()``), which drops the transport's link to its
 ``kombu.Connection`` (``transport.client = None``) while a channel that failed
 to close on the first try is still open. Celery then closes the connection
-again; the channel restores its unacknowledged messages, which needs a new
-Redis client, and ``Channel._connparams`` reads ``self.connection.client.hostname``
-and fails with ``AttributeError``. That is neither a connection nor a channel
+again, and the channel restores its unacknowledged messages (or Celery
+acknowledges a run that finished meanwhile). Either needs a new Redis client,
+and ``Channel._connparams`` reads ``self.connection.client.hostname`` and
+fails with ``AttributeError``. That is neither a connection nor a channel
 error to Celery, so it logs "Unrecoverable error" and the consumer stops for
 good (the process lives on, so a supervisor sees nothing wrong).
 
 :func:`harden_redis_transport` makes ``_connparams`` raise redis-py's
 ``ConnectionError`` in that state instead: a connection error, which Celery
 ignores while closing and recovers from by reconnecting. The messages that
-could not be restored stay in Redis's unacked set (Redis restores them after
+could not be restored stay in Redis's unacked set (kombu restores them after
 the visibility timeout) or were lost with the broker; either way the sweeper
 re-enqueues tasks nobody claimed, so nothing is lost.
 
