@@ -484,6 +484,9 @@ def read_trace(path: Path) -> tuple[dict[str, list[dict[str, Any]]], dict[tuple[
             elif record[0] == "received":
                 _, tid, at, t, _pid = record
                 hops[(tid, at)].setdefault("received", t)
+            elif record[0] == "gc":
+                _, t, seconds, _collected, pid = record
+                hops[("gc", pid)].setdefault("pauses", []).append((t, seconds))
     for changes in per.values():
         changes.sort(key=lambda c: c["at"])
     return per, hops
@@ -548,7 +551,9 @@ def analyse(
                 dt = x[0] - c["at"]
                 latency.append(dt)
                 h = hops.get((tid, c["us"]), {})
-                if {"send_start", "send_end", "received"} <= set(h):
+                # The legs of a worker's change (the web process's own changes reach
+                # its streams before their group_send: notify._deliver_locally).
+                if c["pid"] != web_pid and {"send_start", "send_end", "received"} <= set(h):
                     legs["commit → publish begins"].append(h["send_start"] - c["at"])
                     legs["publish (group_send)"].append(h["send_end"] - h["send_start"])
                     legs["publish ends → web process receives"].append(h["received"] - h["send_end"])
@@ -582,6 +587,11 @@ def analyse(
         "last_updated_to_delivery_ms": summary_ms(upper),
         "last_updated_to_commit_ms": summary_ms(stamp_to_commit),
         "legs_ms": {k: summary_ms(v) for k, v in legs.items()},
+        "gc_pauses_ms": {
+            ("web" if pid == web_pid else str(pid)): [[round(t, 3), round(sec * 1000, 1)] for t, sec in h["pauses"]]
+            for (kind, pid), h in hops.items()
+            if kind == "gc"
+        },
         "raw": sorted(raw),
     }
 
@@ -710,7 +720,8 @@ def main() -> None:
     print(f"\nby publisher: {json.dumps(a['by_publisher_ms'])}")
     print(f"lastUpdatedAt → commit stamp: {json.dumps(a['last_updated_to_commit_ms'])}")
     for leg, values in a["legs_ms"].items():
-        print(f"{leg}: {json.dumps(values)}")
+        print(f"{leg} (worker changes): {json.dumps(values)}")
+    print(f"full garbage collections of the web process (ms): {[ms for _, ms in a['gc_pauses_ms'].get('web', [])]}")
     print(f"full record: {(out / 'result.json').relative_to(REPO)}")
     sys.exit(0 if a["streams_ok"] == a["streams"] else 1)
 

@@ -8,7 +8,8 @@ appends one JSON line per event to that file, stamped with the wall clock:
 * ``sent``: the publisher's ``group_send`` of a task change began and ended
   (in the process that committed it);
 * ``received``: a listen stream took the change off the channel layer (in the
-  web process), just before it is written to the client.
+  web process), just before it is written to the client;
+* ``gc``: a full garbage collection (generation 2) and how long it took.
 
 The bench joins these with what its streams receive. Each line is one short
 ``O_APPEND`` write (microseconds), on the measured path.
@@ -17,6 +18,7 @@ The bench joins these with what its streams receive. Each line is one short
 from __future__ import annotations
 
 import functools
+import gc
 import json
 import os
 import time
@@ -87,6 +89,22 @@ def _trace_receives() -> None:
     notify.Listener.receive = receive
 
 
+def _trace_collections() -> None:
+    """Full (generation 2) garbage collections: they stop the process."""
+    started: dict[str, float] = {}
+
+    def callback(phase: str, info: dict[str, Any]) -> None:
+        if info.get("generation") != 2:
+            return
+        if phase == "start":
+            started["t"] = time.time()
+        elif "t" in started:
+            t0 = started.pop("t")
+            _write(["gc", round(t0, 6), round(time.time() - t0, 6), info.get("collected", 0), os.getpid()])
+
+    gc.callbacks.append(callback)
+
+
 def install() -> None:
     """Connect :func:`stamp` as the *first* receiver of ``task_changed`` (the
     stamp is taken before the publisher runs), and trace sends and receives."""
@@ -100,3 +118,4 @@ def install() -> None:
 
     _trace_sends(RedisChannelLayer)
     _trace_receives()
+    _trace_collections()
