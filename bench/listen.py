@@ -649,6 +649,9 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=8, help="Celery worker processes (prefork)")
     ap.add_argument("--open-concurrency", type=int, default=64, help="streams being opened at once")
     ap.add_argument("--drain-timeout", type=float, default=60.0)
+    ap.add_argument(
+        "--gc-freeze", action="store_true", help="gc.freeze() in the stack's processes once Django is set up"
+    )
     ap.add_argument("--keep-db", action="store_true")
     args = ap.parse_args()
     cfg = Config(
@@ -671,11 +674,13 @@ def main() -> None:
     commit_log = out / "commits.jsonl"
     os.environ["BENCH_LIMITS"] = "off"
     os.environ["BENCH_COMMIT_LOG"] = str(commit_log)
+    if args.gc_freeze:
+        os.environ["BENCH_GC_FREEZE"] = "1"
 
     services = Services()
     bench = Bench(services, out)
     res: dict[str, Any] = {
-        "config": vars(cfg),
+        "config": {**vars(cfg), "gc_freeze": args.gc_freeze},
         "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "loadavg_start": " ".join(f"{x:.2f}" for x in os.getloadavg()),
         "machine": {

@@ -9,6 +9,10 @@ class BenchAppConfig(AppConfig):
     verbose_name = "Benchmark fixtures"
 
     def ready(self) -> None:
+        if os.environ.get("BENCH_GC_FREEZE"):  # python3 -m bench listen --gc-freeze
+            import gc
+
+            gc.freeze()  # what is loaded by now is never scanned again by a full collection
         if os.environ.get("BENCH_COMMIT_LOG"):
             from . import commits
 
