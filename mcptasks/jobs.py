@@ -2,12 +2,40 @@
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from celery import shared_task
 from django.db import close_old_connections, connections
 
 from . import execution, lifecycle
+
+Job = TypeVar("Job", bound=Callable[..., Any])
+
+
+def with_usable_connections(job: Job) -> Job:
+    """Django's connection upkeep around a request, around a job instead.
+
+    With ``CELERY_DB_REUSE_MAX`` Celery keeps a worker's connections between
+    tasks and no longer closes them; a connection that a database restart
+    broke would then fail every later job of that process. So: before the
+    job, drop a connection that is broken or past ``CONN_MAX_AGE`` (a restart
+    costs a reconnect, not a lost run); after it, drop one the job saw fail.
+    """
+
+    @functools.wraps(job)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        close_old_connections()
+        for conn in connections.all(initialized_only=True):
+            if conn.connection is not None and not conn.is_usable():
+                conn.close()
+        try:
+            return job(*args, **kwargs)
+        finally:
+            close_old_connections()
+
+    return wrapper  # type: ignore[return-value]
 
 
 @shared_task(
@@ -16,30 +44,19 @@ from . import execution, lifecycle
     reject_on_worker_lost=True,
     ignore_result=True,
 )
+@with_usable_connections
 def run_task(task_id: str) -> str:
-    # With CELERY_DB_REUSE_MAX, Celery keeps connections between runs; like
-    # Django around a request, drop one that broke or aged out, so a database
-    # restart costs a reconnect, not a lost run.
-    _drop_unusable_connections()
-    try:
-        return execution.run_task(task_id)
-    finally:
-        close_old_connections()
-
-
-def _drop_unusable_connections() -> None:
-    close_old_connections()
-    for conn in connections.all(initialized_only=True):
-        if conn.connection is not None and not conn.is_usable():
-            conn.close()
+    return execution.run_task(task_id)
 
 
 @shared_task(name="mcptasks.sweep", ignore_result=True)
+@with_usable_connections
 def sweep() -> dict[str, Any]:
     report = lifecycle.sweep()
     return {"redispatched": report.redispatched, "failed": report.failed}
 
 
 @shared_task(name="mcptasks.purge_expired", ignore_result=True)
+@with_usable_connections
 def purge_expired() -> int:
     return lifecycle.purge_expired()
