@@ -145,6 +145,26 @@ def missing(stack: Any, task_ids: Iterable[str]) -> list[str]:
     return [i for i in ids if i not in found]
 
 
+def stuck_report(stack: Any, limit: int = 5) -> str:
+    """The tasks still active, with their lease and history, and the tail of
+    every process's log: what a failed wait for them to finish must say."""
+    rows = stack.query(
+        "SELECT id, status, attempts, lease_owner, lease_expires_at, dispatched_at, updated_at, now() AS now"
+        " FROM mcptasks_task WHERE status IN ('working', 'input_required') ORDER BY updated_at LIMIT %s",
+        (limit,),
+    )
+    lines = [f"{active_count(stack)} tasks still active; the oldest:"]
+    for row in rows:
+        lines.append(f"  {row}")
+        events = stack.query(
+            "SELECT at, kind, from_status, to_status, actor, detail FROM mcptasks_taskevent"
+            " WHERE task_id = %s ORDER BY at, id",
+            (row["id"],),
+        )
+        lines += [f"    {event}" for event in events]
+    return "\n".join(lines) + "\n" + stack.logs()
+
+
 def active_count(stack: Any) -> int:
     return int(
         stack.query("SELECT count(*) AS n FROM mcptasks_task WHERE status IN ('working', 'input_required')")[0]["n"]

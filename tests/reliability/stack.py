@@ -268,12 +268,16 @@ def start_chaos_stack(
     return stack
 
 
-def wait_until(predicate: Any, timeout: float, interval: float = 0.2, what: str = "condition") -> Any:
+def wait_until(
+    predicate: Any, timeout: float, interval: float = 0.2, what: str = "condition", explain: Any = None
+) -> Any:
+    """Wait for ``predicate``; past ``timeout``, fail with ``explain()``'s account of why."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached within {timeout}s")
+            why = f"\n{explain()}" if explain is not None else ""
+            raise AssertionError(f"{what} not reached within {timeout}s{why}")
         time.sleep(interval)

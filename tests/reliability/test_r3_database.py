@@ -71,7 +71,12 @@ def test_r3_database_restart(own_postgres, chaos_stack_factory, form):
     finally:
         load.stop()
     created = load.created_ids()
-    wait_until(lambda: audit.active_count(stack) == 0, timeout=90, what="every task finished after the restart")
+    wait_until(
+        lambda: audit.active_count(stack) == 0,
+        timeout=90,
+        what="every task finished after the restart",
+        explain=lambda: audit.stuck_report(stack),
+    )
 
     during: Counter = Counter()
     for start, end in outages:
