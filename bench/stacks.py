@@ -179,6 +179,9 @@ class Bench:
     docket: str = ""
     webs: dict[str, Web] = field(default_factory=dict)
     mcp_workers: subprocess.Popen[bytes] | None = None
+    #: Further worker processes (the threads pool runs one process per slot of
+    #: ``start_mcp_workers``' count; prefork needs only the first).
+    mcp_more_workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
     peer_workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
     #: The quiet gate (wait_machine_quiet): foreign cores allowed, longest
     #: single wait, and the total wait a run may spend.
@@ -269,28 +272,39 @@ class Bench:
         self.webs["bare-asgi"] = web
         return web
 
-    def start_mcp_workers(self, concurrency: int = 2) -> None:
-        log = self.logs / "mcptasks-celery.log"
-        argv = [
-            str(envs.APP_PY),
-            "-m",
-            "celery",
-            "-A",
-            "project",
-            "worker",
-            "--concurrency",
-            str(concurrency),
-            "-Q",
-            self.queue,
-            "-n",
-            f"{self.queue}@%h",
-            "--loglevel",
-            "WARNING",
-            "--without-gossip",
-            "--without-mingle",
-            "--without-heartbeat",
-        ]
-        self.mcp_workers = procs.start(argv, env=self.mcp_env(), log=log, cwd=REPO)
+    def start_mcp_workers(self, concurrency: int = 2, pool: str = "prefork", threads: int = 8) -> None:
+        """``concurrency`` worker processes: one prefork worker with that many
+        children, or that many ``--pool threads`` workers of ``threads`` slots
+        each (runs mostly wait on Postgres, so threads overlap them)."""
+        count = 1 if pool == "prefork" else concurrency
+        for index in range(count):
+            log = self.logs / ("mcptasks-celery.log" if index == 0 else f"mcptasks-celery-{index}.log")
+            argv = [
+                str(envs.APP_PY),
+                "-m",
+                "celery",
+                "-A",
+                "project",
+                "worker",
+                "--pool",
+                pool,
+                "--concurrency",
+                str(concurrency if pool == "prefork" else threads),
+                "-Q",
+                self.queue,
+                "-n",
+                f"{self.queue}-{index}@%h",
+                "--loglevel",
+                "WARNING",
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+            ]
+            proc = procs.start(argv, env=self.mcp_env(), log=log, cwd=REPO)
+            if index == 0:
+                self.mcp_workers = proc
+            else:
+                self.mcp_more_workers.append(proc)
 
     def start_peer_web(self, workers: int = 1) -> Web:
         port = free_port()
@@ -337,7 +351,7 @@ class Bench:
     def cpu_groups(self, web: Web, db: str | None = None) -> dict[str, Callable[[], list]]:
         """Process groups whose CPU the bench reports for a run against ``web``."""
         if web.kind == "mcptasks":
-            workers = [self.mcp_workers.pid] if self.mcp_workers else []
+            workers = [p.pid for p in [self.mcp_workers, *self.mcp_more_workers] if p is not None]
             name = db or self.db
             return {
                 "web": lambda: procs.tree(web.pids()),
@@ -355,7 +369,7 @@ class Bench:
 
     def all_groups(self) -> dict[str, Callable[[], list]]:
         pids = [w.proc.pid for w in self.webs.values()]
-        pids += [self.mcp_workers.pid] if self.mcp_workers else []
+        pids += [p.pid for p in [self.mcp_workers, *self.mcp_more_workers] if p is not None]
         pids += [p.pid for p in self.peer_workers]
         db = self.db
         return {"stack": lambda: procs.tree(pids), "postgres": lambda: procs.postgres_backends(db)}

@@ -113,6 +113,13 @@ def main() -> None:
     ap.add_argument("--skip", default="", help="comma list of: P1,P2,P3,P4,sweeps,profile,pgbench")
     ap.add_argument("--mcptasks", default="uvicorn,gunicorn", help="mcptasks web configurations to run")
     ap.add_argument("--peer-web-workers", type=int, default=2)
+    ap.add_argument(
+        "--mcp-worker-pool",
+        default="prefork",
+        choices=["prefork", "threads"],
+        help="mcptasks' 2 worker processes: prefork children, or 2 threads-pool workers (--mcp-worker-threads each)",
+    )
+    ap.add_argument("--mcp-worker-threads", type=int, default=8)
     ap.add_argument("--p4-rows", type=int, help="rows of P4's large table (default 10M, quick 300k)")
     ap.add_argument("--p4-purge", type=int, help="expired rows among them (default 1M, quick 50k)")
     docs = ap.add_mutually_exclusive_group()
@@ -155,6 +162,8 @@ def main() -> None:
         "config": cfg.__dict__,
         "contenders": contenders,
         "peer_web_workers": args.peer_web_workers,
+        "mcp_worker_pool": args.mcp_worker_pool,
+        "mcp_worker_threads": args.mcp_worker_threads if args.mcp_worker_pool == "threads" else None,
         "machine": machine(),
         "git": git_rev(),
         "records": [],
@@ -166,7 +175,7 @@ def main() -> None:
         bench.prepare_db()
         results["database"] = database_settings(bench)
         log(f"mcptasks database settings: {results['database']}")
-        bench.start_mcp_workers(2)
+        bench.start_mcp_workers(2, pool=args.mcp_worker_pool, threads=args.mcp_worker_threads)
         for n in mcp_names:
             bench.start_mcp_web(n)
         if "uvicorn" in mcp_names:
