@@ -11,10 +11,13 @@ import json
 import logging
 import math
 import re
+import threading
 import time
 from typing import Any
 
-from django.core.cache import caches
+from django.core.cache import BaseCache, caches
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 from rest_framework.throttling import SimpleRateThrottle
 
 from .conf import settings
@@ -96,7 +99,7 @@ class FixedWindowThrottle:
         return cls(scope, limit, seconds)
 
     def check(self, key: str) -> None:
-        cache = caches[settings.THROTTLE_CACHE]
+        cache = throttle_cache()
         now = time.time()
         window = int(now // self.seconds)
         cache_key = f"mcptasks:throttle:{self.scope}:{key}:{window}"
@@ -122,6 +125,34 @@ class FixedWindowThrottle:
                 f"Too many {self.scope} requests; retry after the interval",
                 (window + 1) * self.seconds - now,
             )
+
+
+_throttle_caches: dict[str, BaseCache] = {}
+_throttle_caches_lock = threading.Lock()
+
+
+def throttle_cache() -> BaseCache:
+    """The ``THROTTLE_CACHE`` backend, one object per process.
+
+    ``caches[alias]`` is context-local: under ASGI every request runs in a
+    context of its own and would build a new backend, and for Redis a new
+    connection pool and a new connection, on every poll. Cache backends are
+    thread-safe (redis-py's pool also survives a fork), so one is shared.
+    """
+    alias = settings.THROTTLE_CACHE
+    cache = _throttle_caches.get(alias)
+    if cache is None:
+        with _throttle_caches_lock:
+            cache = _throttle_caches.get(alias)
+            if cache is None:
+                cache = _throttle_caches[alias] = caches.create_connection(alias)
+    return cache
+
+
+@receiver(setting_changed)
+def _forget_throttle_caches(*, setting: str, **kwargs: Any) -> None:
+    if setting in ("CACHES", "MCPTASKS"):
+        _throttle_caches.clear()
 
 
 def throttle(scope: str, owner: str) -> None:

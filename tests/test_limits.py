@@ -410,6 +410,44 @@ def test_requests_are_served_uncounted_while_the_throttle_cache_is_down(rpc, lim
     assert "throttle cache 'down' unavailable" in caplog.text
 
 
+def test_a_redis_throttle_cache_keeps_one_connection_across_requests(rpc, limit, settings):
+    """Every request runs in a context of its own, where Django's ``caches``
+    gives a new backend object: the throttle must not open a new Redis
+    connection per request (it did, and it cost a third of a tools/call)."""
+    import contextvars
+    import os
+    import uuid
+
+    import redis
+
+    url = os.environ.get("MCPTASKS_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+    name = f"mcptasks-throttle-{uuid.uuid4().hex[:8]}"
+    settings.CACHES = {
+        **settings.CACHES,
+        "shared": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": url,
+            "KEY_PREFIX": name,
+            "OPTIONS": {"client_name": name},  # names our connections in CLIENT LIST
+        },
+    }
+    limit(THROTTLE_RATES={"call": "1000/m"}, THROTTLE_CACHE="shared")
+    admin = redis.Redis.from_url(url)
+
+    def ours() -> int:
+        return sum(1 for client in admin.client_list() if client.get("name") == name)
+
+    try:
+        for _ in range(30):
+            # A context of its own per request, as an ASGI server gives each one.
+            assert contextvars.Context().run(rpc.call_tool, "greet", {"name": "a"}).ok
+        assert 1 <= ours() <= 2, f"{ours()} Redis connections for 30 requests"
+    finally:
+        for key in admin.scan_iter(f"{name}:*"):
+            admin.delete(key)
+        admin.close()
+
+
 # POLL_BURST ----------------------------------------------------------------------------------
 
 
