@@ -62,6 +62,9 @@ SPEC_SCENARIOS = [
     "tools-call-with-progress",
     "caching",
     "dns-rebinding-protection",
+    # subscriptions/listen filters (toolsListChanged, ...), with the
+    # test_trigger_* tools of the example site.
+    "server-stateless",
     "input-required-result-basic-elicitation",
     "input-required-result-basic-sampling",
     "input-required-result-basic-list-roots",
