@@ -289,9 +289,6 @@ class Listener:
             self._hub, self.channel = hub, hub.channel
         return self
 
-    async def refresh(self) -> None:
-        """Nothing to do: the hub renews every membership of its loop."""
-
     async def __aexit__(self, *exc: object) -> None:
         if self._hub is not None:
             hub, self._hub = self._hub, None

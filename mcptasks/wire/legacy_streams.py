@@ -140,9 +140,7 @@ class Inbox:
         while True:
             try:
                 message = await self.listener.receive(settings.KEEPALIVE_SECONDS)
-                if message is None:
-                    await self.listener.refresh()
-                else:
+                if message is not None:
                     self.queue.put_nowait(("inbox", message))
             except Exception:  # a layer outage: keep trying, polling covers the gap
                 logger.warning("channel layer receive failed", exc_info=True)

@@ -87,7 +87,6 @@ async def listen_stream(
                     return
                 message = receiving.result()
                 if message is None:
-                    await listener.refresh()
                     yield None  # keep-alive
                     continue
                 if "task_id" not in message:  # a list changed
