@@ -238,28 +238,28 @@ def test_active_task_quota_per_owner(rpc, client, limit, token_for):
     assert_rate_limited(rpc.call_tool("confirm_delete", {"filename": "f"}), at_most_seconds=60)
 
 
+def _try_create(owner: str, outcomes: list[str], barrier: threading.Barrier | None = None) -> None:
+    """On a thread of its own: create a task for ``owner`` and append
+    ``created`` or ``refused`` (over the quota) to ``outcomes``."""
+    from django.db import connection
+
+    try:
+        if barrier is not None:
+            barrier.wait()
+        try:
+            lifecycle.create_task(owner=owner, tool_name="slow_compute", arguments={}, enqueue=False)
+            outcomes.append("created")  # list.append is atomic
+        except lifecycle.TooManyActiveTasks:
+            outcomes.append("refused")
+    finally:
+        connection.close()
+
+
 def test_active_task_quota_is_exact_under_concurrency(limit):
     limit(MAX_ACTIVE_TASKS_PER_OWNER=5)
     results: list[str] = []
-    lock = threading.Lock()
     barrier = threading.Barrier(12)
-
-    def create() -> None:
-        from django.db import connection
-
-        try:
-            barrier.wait()
-            try:
-                lifecycle.create_task(owner="racer", tool_name="slow_compute", arguments={}, enqueue=False)
-                outcome = "created"
-            except lifecycle.TooManyActiveTasks:
-                outcome = "refused"
-            with lock:
-                results.append(outcome)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=create) for _ in range(12)]
+    threads = [threading.Thread(target=_try_create, args=("racer", results, barrier)) for _ in range(12)]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -319,21 +319,9 @@ def test_near_the_quota_a_creation_waits_for_those_in_flight(limit):
     holder = threading.Thread(target=_create_in_open_transaction, args=("edge", created, release))
     holder.start()
     outcomes: list[str] = []
-
-    def create() -> None:
-        from django.db import connection
-
-        try:
-            lifecycle.create_task(owner="edge", tool_name="slow_compute", arguments={}, enqueue=False)
-            outcomes.append("created")
-        except lifecycle.TooManyActiveTasks:
-            outcomes.append("refused")
-        finally:
-            connection.close()
-
     try:
         assert created.wait(10)
-        racers = [threading.Thread(target=create) for _ in range(3)]
+        racers = [threading.Thread(target=_try_create, args=("edge", outcomes)) for _ in range(3)]
         for racer in racers:
             racer.start()
         time.sleep(0.5)
