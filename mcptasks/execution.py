@@ -33,7 +33,7 @@ from .errors import (
     TaskCancelled,
     ToolError,
 )
-from .models import Era, InputRequestState, Task, TaskStatus
+from .models import Era, Task, TaskStatus
 from .registry import Tool, registry
 from .results import error_result, to_call_result
 
@@ -115,21 +115,21 @@ class LeaseMonitor(threading.Thread):
 def run_task(task_id: str) -> str:
     """One run of a task. Returns what happened (for logs and tests)."""
     worker = worker_name()
-    task = lifecycle.claim(task_id, worker=worker)
-    if task is None:
+    run = lifecycle.start_run(task_id, worker=worker)
+    if run is None:
         return "skipped"
+    task = run.task
     actor = lifecycle.worker_actor(worker)
     tool = registry.get(task.tool_name)
     if tool is None:
         lifecycle.fail(task_id, InvalidParams(f"Unknown tool: {task.tool_name}").to_dict(), actor=actor)
         return "failed"
-    answers = dict(task.input_requests.filter(state=InputRequestState.ANSWERED).values_list("key", "response"))
     cancel_event = threading.Event()
     monitor = LeaseMonitor(task_id, worker, cancel_event)
     ctx = ToolContext(
         owner=task.owner,
         capabilities=task.client_capabilities,
-        answers=answers,
+        answers=run.answers,
         task_id=task_id,
         cancel_event=cancel_event,
         on_status=lambda message: lifecycle.set_status_message(task_id, message, worker=worker),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import select
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -28,7 +29,7 @@ def with_usable_connections(job: Job) -> Job:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         close_old_connections()
         for conn in connections.all(initialized_only=True):
-            if conn.connection is not None and not conn.is_usable():
+            if conn.connection is not None and _maybe_broken(conn.connection) and not conn.is_usable():
                 conn.close()
         try:
             return job(*args, **kwargs)
@@ -36,6 +37,23 @@ def with_usable_connections(job: Job) -> Job:
             close_old_connections()
 
     return wrapper  # type: ignore[return-value]
+
+
+def _maybe_broken(dbapi_connection: Any) -> bool:
+    """Whether an idle connection may have been broken, without a round trip.
+
+    An idle connection's socket has nothing to read unless the server sent
+    something unasked, which for a worker's connection means it is going
+    away (a restart or ``pg_terminate_backend``: an error, then EOF). Only
+    then is ``is_usable()``'s ``SELECT 1`` worth its round trip. A connection
+    without a socket (SQLite) is always checked.
+    """
+    try:
+        fd = dbapi_connection.fileno()
+    except Exception:  # no socket, or already closed
+        return True
+    readable, _, _ = select.select([fd], [], [], 0)
+    return bool(readable)
 
 
 @shared_task(

@@ -13,6 +13,8 @@ Each successful transition writes a ``TaskEvent`` and, once committed, sends
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -179,47 +181,44 @@ def create_task(
     """
     now = timezone.now()
     ttl = clamp_ttl(ttl_ms)
-    with transaction.atomic():
-        _check_active_quota(owner)
-        task = Task.objects.create(
-            owner=owner,
-            tool_name=tool_name,
-            arguments=arguments,
-            era=era,
-            client_capabilities=client_capabilities or {},
-            status=TaskStatus.WORKING,
-            created_at=now,
-            updated_at=now,
-            ttl_ms=ttl,
-            expires_at=now + timedelta(milliseconds=ttl),
-            poll_interval_ms=poll_interval_ms or settings.POLL_INTERVAL_MS,
-            dispatched_at=now if enqueue else None,
-        )
-        if answered:
-            InputRequest.objects.bulk_create(
-                InputRequest(
-                    task=task,
-                    key=key,
-                    method=a.method,
-                    params=a.params,
-                    response=a.response,
-                    state=InputRequestState.ANSWERED,
-                    answered_at=now,
+    task = Task(
+        owner=owner,
+        tool_name=tool_name,
+        arguments=arguments,
+        era=era,
+        client_capabilities=client_capabilities or {},
+        status=TaskStatus.WORKING,
+        created_at=now,
+        updated_at=now,
+        ttl_ms=ttl,
+        expires_at=now + timedelta(milliseconds=ttl),
+        poll_interval_ms=poll_interval_ms or settings.POLL_INTERVAL_MS,
+        dispatched_at=now if enqueue else None,
+    )
+    actor = client_actor(owner)
+    detail = {"tool": tool_name, "era": era}
+    if not (_single_statement_transitions() and not answered and _insert_created_sql(task, actor, detail)):
+        with transaction.atomic():
+            _check_active_quota(owner)
+            task.save(force_insert=True)
+            if answered:
+                InputRequest.objects.bulk_create(
+                    InputRequest(
+                        task=task,
+                        key=key,
+                        method=a.method,
+                        params=a.params,
+                        response=a.response,
+                        state=InputRequestState.ANSWERED,
+                        answered_at=now,
+                    )
+                    for key, a in answered.items()
                 )
-                for key, a in answered.items()
-            )
-        _record(
-            task.id,
-            "created",
-            client_actor(owner),
-            now=now,
-            to_status=TaskStatus.WORKING,
-            detail={"tool": tool_name, "era": era},
-        )
-        transaction.on_commit(lambda: signals.task_created.send(sender=Task, task=task))
-        _after_commit(task.id, "", TaskStatus.WORKING, client_actor(owner), "created", task=task)
-        if enqueue:
-            _enqueue_after_commit(task.id)
+            _record(task.id, "created", actor, now=now, to_status=TaskStatus.WORKING, detail=detail)
+    transaction.on_commit(lambda: signals.task_created.send(sender=Task, task=task))
+    _after_commit(task.id, "", TaskStatus.WORKING, actor, "created", task=task)
+    if enqueue:
+        _enqueue_after_commit(task.id)
     return task
 
 
@@ -311,14 +310,20 @@ def complete(task_id: str, result: dict[str, Any], *, worker: str, failed: bool 
     ``failed`` is for the 2025-11-25 era, where an ``isError`` result fails
     the task (the result is still kept for ``tasks/result``).
     """
+    to = TaskStatus.FAILED if failed else TaskStatus.COMPLETED
+    fields = {"result": result, "status_message": message, **_CLEAR_LEASE}
+    if _single_statement_transitions():
+        # From ``working`` only, so the compare-and-set needs no row read
+        # first: one UPDATE, its event and the row for listeners, one round trip.
+        return _finish_run_sql(task_id, to=to, worker=worker, fields=fields)
     with transaction.atomic():
         return _transition(
             task_id,
             allowed_from=[TaskStatus.WORKING],
-            to=TaskStatus.FAILED if failed else TaskStatus.COMPLETED,
+            to=to,
             actor=worker_actor(worker),
             extra_filter=Q(lease_owner=worker),
-            fields={"result": result, "status_message": message, **_CLEAR_LEASE},
+            fields=fields,
         )
 
 
@@ -447,14 +452,46 @@ def submit_input(task_id: str, responses: Mapping[str, Any], *, actor: str) -> l
 # Worker bookkeeping (guarded, but not status changes) -----------------------------
 
 
+@dataclass(frozen=True)
+class Run:
+    """A claimed run: the task as the claim left it, and the answers its
+    earlier runs were given (key -> response)."""
+
+    task: Task
+    answers: dict[str, Any]
+
+
 def claim(task_id: str, *, worker: str) -> Task | None:
     """Take the lease of a ``working`` task nobody holds a live lease on.
 
     Returns the task, or ``None`` when it is terminal, waiting for input or
     already running under a live lease elsewhere (a duplicate message).
     """
+    run = start_run(task_id, worker=worker)
+    return run.task if run is not None else None
+
+
+def start_run(task_id: str, *, worker: str) -> Run | None:
+    """``claim``, with the recorded answers the run replays."""
     now = timezone.now()
     lease = now + timedelta(seconds=settings.LEASE_SECONDS)
+    if _single_statement_transitions():
+        run = _claim_sql(task_id, worker=worker, now=now, lease=lease)
+    else:
+        run = _claim_orm(task_id, worker=worker, now=now, lease=lease)
+    if run is None:
+        return None
+    if run.task.attempts > settings.MAX_ATTEMPTS:
+        fail(
+            task_id,
+            {"code": -32603, "message": f"Task abandoned: its run was lost {run.task.attempts - 1} times."},
+            actor=SYSTEM,
+        )
+        return None
+    return run
+
+
+def _claim_orm(task_id: str, *, worker: str, now: datetime, lease: datetime) -> Run | None:
     with transaction.atomic():
         got = (
             Task.objects.filter(pk=task_id, status=TaskStatus.WORKING)
@@ -465,14 +502,10 @@ def claim(task_id: str, *, worker: str) -> Task | None:
             return None
         task = Task.objects.get(pk=task_id)
         _record(task_id, "run_started", worker_actor(worker), now=now, detail={"attempt": task.attempts})
-    if task.attempts > settings.MAX_ATTEMPTS:
-        fail(
-            task_id,
-            {"code": -32603, "message": f"Task abandoned: its run was lost {task.attempts - 1} times."},
-            actor=SYSTEM,
-        )
-        return None
-    return task
+    answers = dict(
+        InputRequest.objects.filter(task_id=task_id, state=InputRequestState.ANSWERED).values_list("key", "response")
+    )
+    return Run(task, answers)
 
 
 def heartbeat(task_id: str, *, worker: str) -> bool:
@@ -502,6 +535,148 @@ def release(task_id: str, *, worker: str) -> None:
 
 def mark_dispatched(task_id: str) -> None:
     Task.objects.filter(pk=task_id, status=TaskStatus.WORKING).update(dispatched_at=timezone.now())
+
+
+# Single-statement paths (Postgres) ------------------------------------------------
+#
+# A run's claim and its finish are the worker's hot path. On Postgres each is
+# one statement (a data-modifying CTE: the guarded UPDATE, its event, and the
+# row as left), so one round trip and one implicit commit, with no ORM query
+# compilation. The guard is the UPDATE's own WHERE, which Postgres re-checks
+# against the newest row version after waiting for a concurrent writer: the
+# same compare-and-set as ``_transition``. Other databases take the ORM path.
+
+
+def _single_statement_transitions() -> bool:
+    return connection.vendor == "postgresql"
+
+
+@functools.cache
+def _task_columns() -> tuple[list[str], str]:
+    """Task's field names and its quoted columns, in the same order."""
+    fields = Task._meta.concrete_fields
+    return [f.attname for f in fields], ", ".join(connection.ops.quote_name(f.column) for f in fields)
+
+
+@functools.cache
+def _tables() -> dict[str, str]:
+    quote = connection.ops.quote_name
+    return {
+        "task": quote(Task._meta.db_table),
+        "event": quote(TaskEvent._meta.db_table),
+        "input": quote(InputRequest._meta.db_table),
+    }
+
+
+def _json_param(model: type[models.Model], field: str, value: Any) -> Any:
+    return model._meta.get_field(field).get_db_prep_value(value, connection)
+
+
+def _insert_created_sql(task: Task, actor: str, detail: Mapping[str, Any]) -> bool:
+    """Insert a new task and its ``created`` event in one statement (its own
+    transaction, or the caller's). Returns ``False``, having done nothing,
+    when the owner is near its quota: the caller then takes the exclusive
+    path of ``_check_active_quota``.
+
+    Far below the quota the statement takes the owner's lock shared, as
+    ``_check_active_quota`` does, and holds it until it commits, so an
+    exclusive checker still waits for this creation before it counts.
+    """
+    limit = settings.MAX_ACTIVE_TASKS_PER_OWNER
+    t = _tables()
+    lock = ""
+    params: list[Any] = []
+    if limit is not None:
+        if limit <= QUOTA_LOCK_MARGIN:
+            return False
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT count(*) FROM {t['task']} WHERE owner = %s AND status = ANY(%s)",
+                [task.owner, list(ACTIVE_STATUSES)],
+            )
+            (active,) = cursor.fetchone()
+        if active >= limit - QUOTA_LOCK_MARGIN:
+            return False
+        lock = "WITH quota AS MATERIALIZED (SELECT pg_advisory_xact_lock_shared(hashtextextended(%s, 0))), "
+        params.append(f"mcptasks:{task.owner}")
+    fields = Task._meta.concrete_fields
+    columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
+    placeholders = ", ".join(["%s"] * len(fields))
+    params += [f.get_db_prep_save(f.pre_save(task, add=True), connection) for f in fields]
+    source = f"SELECT {placeholders} FROM quota" if lock else f"VALUES ({placeholders})"
+    sql = (
+        f"{lock or 'WITH '}created AS (INSERT INTO {t['task']} ({columns}) {source} RETURNING id) "
+        f"INSERT INTO {t['event']} (task_id, at, kind, from_status, to_status, actor, detail) "
+        "SELECT id, %s, 'created', '', %s, %s, %s FROM created"
+    )
+    params += [task.created_at, task.status, actor, _json_param(TaskEvent, "detail", dict(detail))]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+    task._state.adding = False
+    task._state.db = connection.alias
+    return True
+
+
+def _claim_sql(task_id: str, *, worker: str, now: datetime, lease: datetime) -> Run | None:
+    names, columns = _task_columns()
+    t = _tables()
+    sql = f"""
+        WITH claimed AS (
+            UPDATE {t["task"]} SET lease_owner = %s, lease_expires_at = %s, attempts = attempts + 1
+            WHERE id = %s AND status = %s AND (lease_expires_at IS NULL OR lease_expires_at < %s)
+            RETURNING {columns}
+        ), started AS (
+            INSERT INTO {t["event"]} (task_id, at, kind, from_status, to_status, actor, detail)
+            SELECT id, %s, 'run_started', '', '', %s, jsonb_build_object('attempt', attempts) FROM claimed
+        )
+        SELECT claimed.*, (
+            SELECT jsonb_object_agg(key, response) FROM {t["input"]}
+            WHERE task_id = claimed.id AND state = %s
+        ) FROM claimed
+    """
+    params = [worker, lease, task_id, TaskStatus.WORKING, now, now, worker_actor(worker), InputRequestState.ANSWERED]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    answers = row[-1]
+    if isinstance(answers, str):
+        answers = json.loads(answers)
+    return Run(Task.objects.from_row(names, row[:-1]), answers or {})
+
+
+def _finish_run_sql(task_id: str, *, to: str, worker: str, fields: Mapping[str, Any]) -> bool:
+    """``working`` -> ``to`` while ``worker`` holds the lease."""
+    names, columns = _task_columns()
+    t = _tables()
+    now = timezone.now()
+    assignments = ", ".join(f"{connection.ops.quote_name(Task._meta.get_field(f).column)} = %s" for f in fields)
+    values = [
+        _json_param(Task, name, value) if name in Task.objects._JSON_FIELDS else value for name, value in fields.items()
+    ]
+    actor = worker_actor(worker)
+    sql = f"""
+        WITH finished AS (
+            UPDATE {t["task"]} SET status = %s, updated_at = %s, {assignments}
+            WHERE id = %s AND status = %s AND lease_owner = %s
+            RETURNING {columns}
+        ), recorded AS (
+            INSERT INTO {t["event"]} (task_id, at, kind, from_status, to_status, actor, detail)
+            SELECT id, %s, 'transition', %s, status, %s, %s FROM finished
+        )
+        SELECT * FROM finished
+    """
+    params = [to, now, *values, task_id, TaskStatus.WORKING, worker, now, TaskStatus.WORKING, actor]
+    params.append(_json_param(TaskEvent, "detail", {}))
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    if row is None:
+        return False
+    task = Task.objects.from_row(names, row)
+    _after_commit(task_id, TaskStatus.WORKING, to, actor, "transition", task=task)
+    return True
 
 
 # Maintenance -------------------------------------------------------------------

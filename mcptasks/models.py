@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import Sequence
+from typing import Any
 
 from django.db import models
 from django.db.models import Q
@@ -74,11 +76,18 @@ class TaskManager(models.Manager["Task"]):
             row = cursor.fetchone()
         if row is None:
             return None
-        values = dict(zip(self._LOOKUP_FIELDS, row, strict=True))
-        for name in ("result", "error"):
-            if isinstance(values[name], str):
-                values[name] = json.loads(values[name])
-        return self.model.from_db(self.db, list(self._LOOKUP_FIELDS), [values[f] for f in self._LOOKUP_FIELDS])
+        return self.from_row(self._LOOKUP_FIELDS, row)
+
+    _JSON_FIELDS = frozenset({"arguments", "client_capabilities", "result", "error"})
+
+    def from_row(self, names: Sequence[str], row: Sequence[Any]) -> Task:
+        """A task from a raw SQL row holding the fields ``names``, in order.
+        JSON columns arrive as text from Django's Postgres loader."""
+        values = [
+            json.loads(value) if name in self._JSON_FIELDS and isinstance(value, str) else value
+            for name, value in zip(names, row, strict=True)
+        ]
+        return self.model.from_db(self.db, list(names), values)
 
 
 class Task(models.Model):

@@ -87,6 +87,17 @@ def django_db_setup(django_db_setup: Any, django_db_blocker: Any) -> Iterator[No
         )
 
 
+@pytest.fixture(params=["single-statement", "orm"])
+def transition_paths(request: Any, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run the test once on each way ``lifecycle`` claims and finishes a run:
+    Postgres's single statements, and the ORM path other databases take."""
+    from mcptasks import lifecycle
+
+    if request.param == "orm":
+        monkeypatch.setattr(lifecycle, "_single_statement_transitions", lambda: False)
+    return request.param
+
+
 @pytest.fixture
 def rpc(client: Any) -> DjangoRpc:
     """A modern-wire client through Django's test client (anonymous caller)."""

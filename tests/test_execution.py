@@ -23,7 +23,7 @@ from mcptasks.registry import registry, tool
 from tests.support.factories import accept, make_task, terminal_transitions, transitions
 from tests.support.rpc import FULL_CAPS, TASKS_CAPS
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("transition_paths")]
 
 CAPS = FULL_CAPS
 

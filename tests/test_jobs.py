@@ -19,12 +19,13 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def _kill_this_connection() -> None:
-    """End this thread's backend from the server side, as a restart does."""
+    """End this thread's backend from the server side, as a restart does, and
+    wait until it is gone (a restart happens between jobs, not during one)."""
     connection.ensure_connection()
     pid = connection.connection.info.backend_pid
     params = connection.get_connection_params()
     with psycopg.connect(**{**params, "autocommit": True}) as admin:
-        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        admin.execute("SELECT pg_terminate_backend(%s, 5000)", (pid,))
 
 
 @pytest.mark.parametrize("job", ["sweep", "purge_expired"])
@@ -38,3 +39,11 @@ def test_a_run_survives_a_connection_the_server_ended():
     _kill_this_connection()
     assert jobs.run_task.run(task.id) == "completed"
     assert Task.objects.get(pk=task.id).status == TaskStatus.COMPLETED
+
+
+def test_a_healthy_connection_costs_no_round_trip_before_a_job():
+    connection.ensure_connection()
+    assert not jobs._maybe_broken(connection.connection)
+    _kill_this_connection()
+    assert jobs._maybe_broken(connection.connection)
+    connection.close()

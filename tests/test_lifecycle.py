@@ -103,6 +103,7 @@ def test_clamp_ttl_is_always_within_bounds(requested):
 # The happy path -----------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("transition_paths")
 def test_claim_then_complete():
     task = running_task()
     assert task.lease_owner == WORKER
@@ -131,6 +132,7 @@ def test_input_round_trip_transitions():
 # Guards ----------------------------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("transition_paths")
 def test_complete_needs_the_lease():
     task = running_task()
     assert not lifecycle.complete(task.id, {"content": []}, worker="someone-else")
@@ -138,6 +140,7 @@ def test_complete_needs_the_lease():
     assert terminal_transitions(task.id) == []
 
 
+@pytest.mark.usefixtures("transition_paths")
 def test_complete_is_refused_while_waiting_for_input():
     task = waiting_task()
     assert not lifecycle.complete(task.id, {"content": []}, worker=WORKER)
@@ -175,6 +178,7 @@ def test_cancel_and_fail_are_allowed_from_input_required():
     assert reload(waiting).status == TaskStatus.FAILED
 
 
+@pytest.mark.usefixtures("transition_paths")
 def test_unknown_task_is_never_transitioned():
     assert not lifecycle.cancel("no-such-task", actor="x")
     assert not lifecycle.fail("no-such-task", {"code": 1, "message": "x"}, actor="x")
@@ -189,6 +193,7 @@ TERMINAL_FACTORIES = {"completed": completed_task, "failed": failed_task, "cance
 
 
 @pytest.mark.parametrize("status", sorted(TERMINAL_FACTORIES))
+@pytest.mark.usefixtures("transition_paths")
 def test_terminal_is_final(status):
     task = TERMINAL_FACTORIES[status]()
     assert task.status == status
@@ -235,6 +240,7 @@ def test_cancel_records_who_and_clears_the_lease():
     assert (event.from_status, event.actor) == ("working", "client:alice")
 
 
+@pytest.mark.usefixtures("transition_paths")
 def test_a_key_keeps_its_first_meaning():
     task = waiting_task(keys=["a"])
     original = InputRequest.objects.get(task=task, key="a").params
@@ -251,6 +257,7 @@ def test_a_key_keeps_its_first_meaning():
 # Leases -------------------------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("transition_paths")
 def test_claim_refuses_a_live_lease_and_takes_a_lapsed_one():
     task = running_task()
     assert lifecycle.claim(task.id, worker="second") is None
@@ -263,12 +270,14 @@ def test_claim_refuses_a_live_lease_and_takes_a_lapsed_one():
     assert lifecycle.complete(task.id, {"content": []}, worker="second")
 
 
+@pytest.mark.usefixtures("transition_paths")
 def test_claim_refuses_input_required():
     task = waiting_task()
     assert lifecycle.claim(task.id, worker="w") is None
     assert reload(task).attempts == 0
 
 
+@pytest.mark.usefixtures("transition_paths")
 def test_claim_past_max_attempts_fails_the_task(settings):
     settings.MCPTASKS = {**settings.MCPTASKS, "MAX_ATTEMPTS": 2}
     task = make_task()
@@ -288,6 +297,7 @@ def test_heartbeat_extends_only_the_holders_lease():
     assert not lifecycle.heartbeat(task.id, worker="other")
 
 
+@pytest.mark.usefixtures("transition_paths")
 def test_release_gives_the_attempt_back():
     task = running_task()
     lifecycle.release(task.id, worker=WORKER)
@@ -318,6 +328,7 @@ def test_expire_now_cancels_an_active_task_and_makes_it_purgeable():
     assert not Task.objects.filter(pk=task.id).exists()
 
 
+@pytest.mark.usefixtures("transition_paths")
 def test_expire_now_on_a_terminal_task_keeps_its_status():
     task = completed_task()
     assert lifecycle.expire_now(task.id, actor="operator:cli")

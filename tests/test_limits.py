@@ -34,6 +34,7 @@ import pytest
 from django.core.cache import caches
 
 from mcptasks import lifecycle
+from mcptasks.limits import throttle_cache
 from mcptasks.models import InputRequest, InputRequestState, Task, TaskStatus
 from tests.reliability.fixtures import private_services  # noqa: F401 (a fixture, for the live tests)
 from tests.support.factories import accept, running_task, waiting_task
@@ -398,11 +399,10 @@ def test_requests_are_served_uncounted_while_the_throttle_cache_is_down(rpc, lim
     assert "throttle cache 'down' unavailable" in caplog.text
 
 
-def test_a_redis_throttle_cache_keeps_one_connection_across_requests(rpc, limit, settings):
-    """Every request runs in a context of its own, where Django's ``caches``
-    gives a new backend object: the throttle must not open a new Redis
-    connection per request (it did, and it cost a third of a tools/call)."""
-    import contextvars
+@pytest.fixture
+def redis_throttle(limit, settings) -> Iterator[Any]:
+    """A Django ``RedisCache`` as the throttle cache, its keys and connections
+    named for this test; yields an admin client on the same Redis."""
     import os
     import uuid
 
@@ -419,21 +419,54 @@ def test_a_redis_throttle_cache_keeps_one_connection_across_requests(rpc, limit,
             "OPTIONS": {"client_name": name},  # names our connections in CLIENT LIST
         },
     }
-    limit(THROTTLE_RATES={"call": "1000/m"}, THROTTLE_CACHE="shared")
+    limit(THROTTLE_CACHE="shared")
     admin = redis.Redis.from_url(url)
-
-    def ours() -> int:
-        return sum(1 for client in admin.client_list() if client.get("name") == name)
-
+    admin.mcptasks_name = name
     try:
-        for _ in range(30):
-            # A context of its own per request, as an ASGI server gives each one.
-            assert contextvars.Context().run(rpc.call_tool, "greet", {"name": "a"}).ok
-        assert 1 <= ours() <= 2, f"{ours()} Redis connections for 30 requests"
+        yield admin
     finally:
         for key in admin.scan_iter(f"{name}:*"):
             admin.delete(key)
         admin.close()
+
+
+def test_a_redis_throttle_cache_keeps_one_connection_across_requests(rpc, limit, redis_throttle):
+    """Every request runs in a context of its own, where Django's ``caches``
+    gives a new backend object: the throttle must not open a new Redis
+    connection per request (it did, and it cost a third of a tools/call)."""
+    import contextvars
+
+    limit(THROTTLE_RATES={"call": "1000/m"})
+
+    def ours() -> int:
+        return sum(1 for client in redis_throttle.client_list() if client.get("name") == redis_throttle.mcptasks_name)
+
+    for _ in range(30):
+        # A context of its own per request, as an ASGI server gives each one.
+        assert contextvars.Context().run(rpc.call_tool, "greet", {"name": "a"}).ok
+    assert 1 <= ours() <= 2, f"{ours()} Redis connections for 30 requests"
+
+
+def test_a_redis_throttle_cache_counts_exactly(rpc, limit, redis_throttle):
+    """The Redis counter (one pipelined SET NX EX + INCR per request) allows
+    exactly the rate, answers 429 past it, and its key expires with the window."""
+    limit(THROTTLE_RATES={"call": "3/m"})
+    assert [rpc.call_tool("greet", {"name": "a"}).ok for _ in range(3)] == [True] * 3
+    assert_rate_limited(rpc.call_tool("greet", {"name": "a"}), at_most_seconds=60)
+    keys = list(redis_throttle.scan_iter(f"{redis_throttle.mcptasks_name}:*throttle:call:*"))
+    assert len(keys) == 1
+    assert int(redis_throttle.get(keys[0])) == 4
+    assert 0 < redis_throttle.ttl(keys[0]) <= 61
+    # Django's own API reads the same counter (its key is KEY_PREFIX:version:key).
+    assert throttle_cache().get(keys[0].decode().split(":", 2)[2]) == 4
+
+
+def test_a_redis_throttle_cache_holds_the_poll_burst(rpc, limit, redis_throttle):
+    limit(POLL_BURST=2)
+    task = running_task(owner=ANON, poll_interval_ms=60_000)
+    assert rpc.tasks_get(task.id).ok
+    assert rpc.tasks_get(task.id).ok
+    assert_rate_limited(rpc.tasks_get(task.id), at_most_seconds=60)
 
 
 # POLL_BURST ----------------------------------------------------------------------------------

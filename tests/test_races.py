@@ -24,7 +24,7 @@ from mcptasks import lifecycle
 from mcptasks.models import TERMINAL_STATUSES, InputRequest, InputRequestState, Task, TaskEvent, TaskStatus
 from tests.support.factories import WORKER, accept, running_task, waiting_task
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("transition_paths")]
 
 TASKS = 40
 
