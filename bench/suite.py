@@ -115,11 +115,11 @@ def main() -> None:
     ap.add_argument("--peer-web-workers", type=int, default=2)
     ap.add_argument(
         "--mcp-worker-pool",
-        default="prefork",
+        default="threads",
         choices=["prefork", "threads"],
         help="mcptasks' 2 worker processes: prefork children, or 2 threads-pool workers (--mcp-worker-threads each)",
     )
-    ap.add_argument("--mcp-worker-threads", type=int, default=8)
+    ap.add_argument("--mcp-worker-threads", type=int, default=4)
     ap.add_argument("--p4-rows", type=int, help="rows of P4's large table (default 10M, quick 300k)")
     ap.add_argument("--p4-purge", type=int, help="expired rows among them (default 1M, quick 50k)")
     docs = ap.add_mutually_exclusive_group()

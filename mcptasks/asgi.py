@@ -102,21 +102,25 @@ class MCPHandler(ASGIHandler):
             await self.send_response(error, send)
             return
 
-        async def respond() -> None:
-            response = await mcp_endpoint(request)
-            await self.send_response(response, send)
-
-        # A client that goes away cancels its request (and ends its stream).
-        work = asyncio.ensure_future(respond())
-        disconnect = asyncio.ensure_future(self.listen_for_disconnect(receive))
         try:
-            await asyncio.wait({work, disconnect}, return_when=asyncio.FIRST_COMPLETED)
+            response = await mcp_endpoint(request)
+            if not response.streaming:
+                # A plain reply is complete: nothing is left for a disconnect
+                # to stop, so it needs no watcher (the polling hot path).
+                await self.send_response(response, send)
+                return
+            # A stream runs until the client goes away: that ends it.
+            work = asyncio.ensure_future(self.send_response(response, send))
+            disconnect = asyncio.ensure_future(self.listen_for_disconnect(receive))
+            try:
+                await asyncio.wait({work, disconnect}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in (disconnect, work):
+                    if not task.done():
+                        task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, RequestAborted):
+                        await task
         finally:
-            for task in (disconnect, work):
-                if not task.done():
-                    task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, RequestAborted):
-                    await task
             body.close()
 
 

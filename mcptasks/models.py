@@ -39,6 +39,19 @@ class Era(models.TextChoices):
     LEGACY = "2025-11-25", "2025-11-25 experimental tasks"
 
 
+def _prepared_fetchone(connection: Any, sql: str, params: list[Any]) -> Any:
+    """One row through a server-side prepared statement (psycopg binds the
+    parameters on the server and the plan is reused per connection), past
+    Django's client-side-binding cursor. Errors still become Django's, and
+    mark the connection for its usual upkeep."""
+    import psycopg
+
+    connection.ensure_connection()
+    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
+        cursor.execute(sql, params, prepare=True)
+        return cursor.fetchone()
+
+
 class TaskManager(models.Manager["Task"]):
     _lookup_sql: str | None = None
     _LOOKUP_FIELDS = (
@@ -71,9 +84,12 @@ class TaskManager(models.Manager["Task"]):
             TaskManager._lookup_sql = (
                 f"SELECT {columns} FROM {connection.ops.quote_name(meta.db_table)} WHERE {pk} = %s AND {owner_col} = %s"
             )
-        with connection.cursor() as cursor:
-            cursor.execute(self._lookup_sql, [task_id, owner])
-            row = cursor.fetchone()
+        if connection.vendor == "postgresql" and not connection.queries_logged:
+            row = _prepared_fetchone(connection, self._lookup_sql, [task_id, owner])
+        else:
+            with connection.cursor() as cursor:
+                cursor.execute(self._lookup_sql, [task_id, owner])
+                row = cursor.fetchone()
         if row is None:
             return None
         return self.from_row(self._LOOKUP_FIELDS, row)
@@ -183,7 +199,8 @@ class InputRequestState(models.TextChoices):
 class InputRequest(models.Model):
     """A question a task put to its client (elicitation, sampling, roots)."""
 
-    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="input_requests")
+    # No index of its own: the (task, key) unique constraint leads with it.
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="input_requests", db_index=False)
     key = models.CharField(max_length=255, help_text="Unique within the task for its whole life.")
     method = models.CharField(max_length=64)
     params = models.JSONField(default=dict)
@@ -207,7 +224,8 @@ class TaskEvent(models.Model):
     """One audit record per transition (and per notable action) of a task."""
 
     id = models.BigAutoField(primary_key=True)
-    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="events")
+    # No index of its own: mcptasks_event_task_at leads with it.
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="events", db_index=False)
     at = models.DateTimeField()
     kind = models.CharField(max_length=32, help_text="created, transition, input, cancel_requested, ...")
     from_status = models.CharField(max_length=16, blank=True, default="")

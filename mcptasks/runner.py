@@ -18,6 +18,8 @@ from typing import Any
 
 from django.conf import settings as django_settings
 
+from .conf import settings as mcp_settings
+
 logger = logging.getLogger("mcptasks.runner")
 
 
@@ -55,13 +57,17 @@ def start_embedded_worker(concurrency: int) -> list[Any]:
     return [worker, beat]
 
 
-def start_worker_processes(concurrency: int) -> list[subprocess.Popen[bytes]]:
+def start_worker_processes(concurrency: int, pool: str = "prefork") -> list[subprocess.Popen[bytes]]:
     app_name = os.environ.get("MCPTASKS_CELERY_APP", "project")
     base = [sys.executable, "-m", "celery", "-A", app_name]
     beat_file = os.path.join(str(getattr(django_settings, "BASE_DIR", ".")), "var", "celerybeat-schedule")
     os.makedirs(os.path.dirname(beat_file), exist_ok=True)
+    # The runs' queue (MCPTASKS CELERY_QUEUE) and the default one (the sweeper
+    # and the purge, as beat sends them).
+    queues = dict.fromkeys(q for q in (mcp_settings.CELERY_QUEUE, celery_app().conf.task_default_queue) if q)
+    worker = [*base, "worker", "--loglevel", "WARNING", "--pool", pool, "--concurrency", str(concurrency)]
     return [
-        subprocess.Popen([*base, "worker", "--loglevel", "WARNING", "--concurrency", str(concurrency)]),
+        subprocess.Popen([*worker, "-Q", ",".join(queues)]),
         subprocess.Popen([*base, "beat", "--loglevel", "WARNING", "--schedule", beat_file]),
     ]
 
@@ -82,7 +88,7 @@ def graceful_server_class() -> type:
     return GracefulServer
 
 
-def run(*, host: str, port: int, concurrency: int, asgi_app: str) -> None:
+def run(*, host: str, port: int, concurrency: int, asgi_app: str, pool: str = "prefork") -> None:
     import uvicorn
 
     server_class = graceful_server_class()
@@ -92,8 +98,9 @@ def run(*, host: str, port: int, concurrency: int, asgi_app: str) -> None:
         embedded = start_embedded_worker(concurrency)
         mode = f"embedded worker ({concurrency} threads) and beat"
     else:
-        children = start_worker_processes(concurrency)
-        mode = f"celery worker ({concurrency} processes) and beat"
+        children = start_worker_processes(concurrency, pool)
+        slots = "processes" if pool == "prefork" else "threads"
+        mode = f"celery worker ({concurrency} {slots}) and beat"
     print(f"mcptasks: serving http://{host}:{port}/mcp with {mode}", flush=True)
 
     server = server_class(uvicorn.Config(asgi_app, host=host, port=port, log_level="warning", lifespan="off"))

@@ -150,6 +150,7 @@ MCPTASKS = {
     "DISPATCH_GRACE_SECONDS": env.float("MCP_DISPATCH_GRACE_SECONDS", default=60.0),
     "MAX_ATTEMPTS": env.int("MCP_MAX_ATTEMPTS", default=3),
     "CELERY_QUEUE": env("MCP_CELERY_QUEUE", default=None),
+    "WEB_THREADS": env.int("MCP_WEB_THREADS", default=8),
     # Abuse limits; "0" turns the poll throttle off (benchmarks do).
     "POLL_BURST": env.int("MCP_POLL_BURST", default=10) or None,
     "MAX_ACTIVE_TASKS_PER_OWNER": env.int("MCP_MAX_ACTIVE_TASKS", default=1000) or None,

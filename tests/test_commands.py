@@ -324,13 +324,21 @@ def test_stats_on_an_empty_table():
 
 @pytest.mark.live
 @pytest.mark.django_db(transaction=False)
-def test_run_serves_mcp_and_runs_tasks_then_stops_cleanly(tmp_path: Path):
-    """``mcptasks run`` on the embedded default (in-process broker, worker
-    and beat threads) against its own Postgres database."""
+@pytest.mark.parametrize("broker", ["embedded", "redis-threads"])
+def test_run_serves_mcp_and_runs_tasks_then_stops_cleanly(tmp_path: Path, broker: str):
+    """``mcptasks run`` against its own Postgres database: on the embedded
+    default (in-process broker, worker and beat threads), and on Redis with
+    a threads-pool worker process (``--pool threads``)."""
     base = live.os.environ.get("DATABASE_URL", live.DEFAULT_DATABASE_URL)
     name = f"mcptasks_run_{live.os.getpid()}"
     url = live.with_database(base, name)
-    env = live.base_env({**live.LIVE_SETTINGS, "DATABASE_URL": url, "CELERY_BROKER_URL": "memory://"})
+    if broker == "embedded":
+        services, extra = {"CELERY_BROKER_URL": "memory://"}, []
+    else:
+        redis_url = live.os.environ.get("MCPTASKS_TEST_REDIS_URL", live.DEFAULT_REDIS_URL)
+        services = {"CELERY_BROKER_URL": redis_url, "MCP_CELERY_QUEUE": f"mcptasks-run-{live.os.getpid()}"}
+        extra = ["--pool", "threads"]
+    env = live.base_env({**live.LIVE_SETTINGS, "DATABASE_URL": url, **services})
     live.create_database(base, name)
     proc = None
     try:
@@ -345,7 +353,7 @@ def test_run_serves_mcp_and_runs_tasks_then_stops_cleanly(tmp_path: Path):
         log = tmp_path / "run.log"
         with open(log, "wb") as out:
             proc = subprocess.Popen(
-                [sys.executable, "manage.py", "mcptasks", "run", "--port", str(port), "--concurrency", "2"],
+                [sys.executable, "manage.py", "mcptasks", "run", "--port", str(port), "--concurrency", "2", *extra],
                 cwd=live.REPO,
                 env=env,
                 stdout=out,
@@ -361,6 +369,8 @@ def test_run_serves_mcp_and_runs_tasks_then_stops_cleanly(tmp_path: Path):
         finally:
             client.close()
         assert final["status"] == "completed", (final, live.tail(log))
+        if broker != "embedded":
+            assert "celery worker (2 threads)" in log.read_text(), live.tail(log)
         live.os.killpg(proc.pid, live.signal.SIGTERM)
         assert proc.wait(timeout=20) is not None
     finally:

@@ -38,6 +38,13 @@ class Command(BaseCommand):
         run.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
         run.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
         run.add_argument("--concurrency", type=int, default=int(os.environ.get("WORKER_CONCURRENCY", "4")))
+        run.add_argument(
+            "--pool",
+            choices=["prefork", "threads"],
+            default=os.environ.get("WORKER_POOL", "prefork"),
+            help="Celery pool of the worker process with a real broker: prefork (a child per slot, for tools "
+            "that compute) or threads (slots in one process, for tools that mostly wait).",
+        )
         run.add_argument("--asgi", default=os.environ.get("ASGI_APPLICATION_PATH", "project.asgi:application"))
 
         sweep = sub.add_parser("sweep", help="Re-run or fail tasks whose worker died or whose message was lost.")
@@ -80,10 +87,10 @@ class Command(BaseCommand):
             raise CommandError(f"No task {task_id!r}")
         return task
 
-    def do_run(self, *, host: str, port: int, concurrency: int, asgi: str, **_: Any) -> None:
+    def do_run(self, *, host: str, port: int, concurrency: int, pool: str, asgi: str, **_: Any) -> None:
         from mcptasks.runner import run
 
-        run(host=host, port=port, concurrency=concurrency, asgi_app=asgi)
+        run(host=host, port=port, concurrency=concurrency, pool=pool, asgi_app=asgi)
 
     def do_sweep(self, *, dry_run: bool, limit: int, **_: Any) -> None:
         report = lifecycle.sweep(dry_run=dry_run, limit=limit)
