@@ -16,6 +16,12 @@ def publish_task_change(
 ) -> None:
     if task is None:  # deleted in the same transaction; nothing to show
         return
+    if kind == "created":
+        # Nobody can listen yet: streams name the tasks they follow by id, and
+        # the id is unknown outside this commit until the creator answers.
+        # Each later change is published; a stream opened now starts from a
+        # snapshot read after it joined the task's group.
+        return
     notify.publish_task(
         task_id,
         {
