@@ -583,38 +583,50 @@ def _insert_created_sql(task: Task, actor: str, detail: Mapping[str, Any]) -> bo
     exclusive checker still waits for this creation before it counts.
     """
     limit = settings.MAX_ACTIVE_TASKS_PER_OWNER
-    t = _tables()
-    lock = ""
+    lock = False
     params: list[Any] = []
     if limit is not None:
         if limit <= QUOTA_LOCK_MARGIN:
             return False
         with connection.cursor() as cursor:
             cursor.execute(
-                f"SELECT count(*) FROM {t['task']} WHERE owner = %s AND status = ANY(%s)",
+                f"SELECT count(*) FROM {_tables()['task']} WHERE owner = %s AND status = ANY(%s)",
                 [task.owner, list(ACTIVE_STATUSES)],
             )
             (active,) = cursor.fetchone()
         if active >= limit - QUOTA_LOCK_MARGIN:
             return False
-        lock = "WITH quota AS MATERIALIZED (SELECT pg_advisory_xact_lock_shared(hashtextextended(%s, 0))), "
+        lock = True
         params.append(f"mcptasks:{task.owner}")
     fields = Task._meta.concrete_fields
-    columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
-    placeholders = ", ".join(["%s"] * len(fields))
     params += [f.get_db_prep_save(f.pre_save(task, add=True), connection) for f in fields]
-    source = f"SELECT {placeholders} FROM quota" if lock else f"VALUES ({placeholders})"
-    sql = (
-        f"{lock or 'WITH '}created AS (INSERT INTO {t['task']} ({columns}) {source} RETURNING id) "
-        f"INSERT INTO {t['event']} (task_id, at, kind, from_status, to_status, actor, detail) "
-        "SELECT id, %s, 'created', '', %s, %s, %s FROM created"
-    )
+    sql = _created_sql(with_quota_lock=lock)
     params += [task.created_at, task.status, actor, _json_param(TaskEvent, "detail", dict(detail))]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
     task._state.adding = False
     task._state.db = connection.alias
     return True
+
+
+@functools.cache
+def _created_sql(*, with_quota_lock: bool) -> str:
+    """The task's INSERT and its ``created`` event, as one statement;
+    optionally taking the owner's quota lock shared first."""
+    t = _tables()
+    fields = Task._meta.concrete_fields
+    columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
+    placeholders = ", ".join(["%s"] * len(fields))
+    if with_quota_lock:
+        head = "WITH quota AS MATERIALIZED (SELECT pg_advisory_xact_lock_shared(hashtextextended(%s, 0))), "
+        source = f"SELECT {placeholders} FROM quota"
+    else:
+        head, source = "WITH ", f"VALUES ({placeholders})"
+    return (
+        f"{head}created AS (INSERT INTO {t['task']} ({columns}) {source} RETURNING id) "
+        f"INSERT INTO {t['event']} (task_id, at, kind, from_status, to_status, actor, detail) "
+        "SELECT id, %s, 'created', '', %s, %s, %s FROM created"
+    )
 
 
 def _claim_sql(task_id: str, *, worker: str, now: datetime, lease: datetime) -> Run | None:
