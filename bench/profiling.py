@@ -35,7 +35,7 @@ LAYERS: list[tuple[str, str]] = [
     ("Django ORM (query building, model init)", r"/django/db/"),
     ("JSON encode/decode", r"/json/|orjson"),
     ("Abuse limits (throttle counters, cache)", r"/mcptasks/limits\.py|/django/core/cache/"),
-    ("Celery/kombu publish (Redis)", r"/celery/|/kombu/|/redis/|/amqp/|/vine/|/billiard/"),
+    ("Celery/kombu and Redis clients", r"/celery/|/kombu/|/redis/|/amqp/|/vine/|/billiard/"),
     ("Caller identity (DRF auth)", r"/rest_framework/|/mcptasks/identity\.py"),
     ("pydantic", r"/pydantic"),
     (

@@ -52,6 +52,9 @@ class MCPTasksSettings:
     AUTO_TASK_BUDGET_SECONDS: float = 0.5
     #: Rows deleted per statement when purging expired tasks.
     PURGE_BATCH_SIZE: int = 1000
+    #: Pause between purge batches (seconds), so that a large purge leaves the
+    #: database and the cores to the requests meanwhile.
+    PURGE_PAUSE_SECONDS: float = 0.02
     #: Lifetime of an MRTR ``requestState`` (seconds).
     REQUEST_STATE_MAX_AGE: int = 15 * 60
     #: Caching hints for ``server/discover`` and ``tools/list``.

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -806,6 +807,8 @@ def purge_expired(*, batch_size: int | None = None, dry_run: bool = False, max_b
             break
         total += deleted
         batches += 1
+        if deleted == size and settings.PURGE_PAUSE_SECONDS:
+            time.sleep(settings.PURGE_PAUSE_SECONDS)
     return total
 
 

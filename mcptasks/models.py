@@ -39,19 +39,6 @@ class Era(models.TextChoices):
     LEGACY = "2025-11-25", "2025-11-25 experimental tasks"
 
 
-def _prepared_fetchone(connection: Any, sql: str, params: list[Any]) -> Any:
-    """One row through a server-side prepared statement (psycopg binds the
-    parameters on the server and the plan is reused per connection), past
-    Django's client-side-binding cursor. Errors still become Django's, and
-    mark the connection for its usual upkeep."""
-    import psycopg
-
-    connection.ensure_connection()
-    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
-        cursor.execute(sql, params, prepare=True)
-        return cursor.fetchone()
-
-
 class TaskManager(models.Manager["Task"]):
     _lookup_sql: str | None = None
     _LOOKUP_FIELDS = (
@@ -84,12 +71,9 @@ class TaskManager(models.Manager["Task"]):
             TaskManager._lookup_sql = (
                 f"SELECT {columns} FROM {connection.ops.quote_name(meta.db_table)} WHERE {pk} = %s AND {owner_col} = %s"
             )
-        if connection.vendor == "postgresql" and not connection.queries_logged:
-            row = _prepared_fetchone(connection, self._lookup_sql, [task_id, owner])
-        else:
-            with connection.cursor() as cursor:
-                cursor.execute(self._lookup_sql, [task_id, owner])
-                row = cursor.fetchone()
+        with connection.cursor() as cursor:
+            cursor.execute(self._lookup_sql, [task_id, owner])
+            row = cursor.fetchone()
         if row is None:
             return None
         return self.from_row(self._LOOKUP_FIELDS, row)

@@ -217,6 +217,19 @@ def test_purge_works_in_batches():
     assert Task.objects.count() == 0
 
 
+def test_purge_pauses_between_full_batches(monkeypatch, settings):
+    """A long purge leaves the database to the requests between batches; a
+    batch that found the last rows ends it without a pause."""
+    from mcptasks import lifecycle as module
+
+    settings.MCPTASKS = {**settings.MCPTASKS, "PURGE_PAUSE_SECONDS": 0.25}
+    pauses: list[float] = []
+    monkeypatch.setattr(module.time, "sleep", pauses.append)
+    expire(*[completed_task() for _ in range(7)])
+    assert lifecycle.purge_expired(batch_size=3) == 7
+    assert pauses == [0.25, 0.25], "after the two full batches, not after the last one"
+
+
 def test_prune_command(capsys):
     tasks = [completed_task() for _ in range(2)]
     expire(*tasks)
