@@ -114,6 +114,7 @@ class MCPHandler(ASGIHandler):
                 # to stop, so it needs no watcher (the polling hot path).
                 await self.send_response(response, send)
                 return
+            runtime.stop_holding()
             await _publish_held(held_runs)
             # A stream runs until the client goes away: that ends it.
             work = asyncio.ensure_future(self.send_response(response, send))

@@ -43,6 +43,12 @@ def hold_runs() -> list[str]:
     return held
 
 
+def stop_holding() -> None:
+    """Publish this context's later enqueues at once again (a stream that
+    outlives its request's answer must not hold them)."""
+    _held_runs.set(None)
+
+
 def publish_runs(task_ids: list[str]) -> None:
     for task_id in task_ids:
         publish_run(task_id)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 from typing import Any
 
 import pytest
 from django.core.asgi import get_asgi_application
 
+from mcptasks import runtime
 from mcptasks.asgi import mcp_router
 from mcptasks.models import Task
 from tests.support.rpc import build_headers, build_meta
@@ -96,3 +98,20 @@ def test_a_poll_through_the_asgi_route():
     assert status == 200, got
     assert got["result"]["taskId"] == task_id
     assert got["result"]["status"] == "working"
+
+
+def test_runs_are_held_until_published_and_not_after_holding_stops(published):
+    """What the ASGI route relies on: a request's enqueues are collected, not
+    published; once holding stops (a stream began), enqueues publish again."""
+
+    def scenario() -> None:
+        held = runtime.hold_runs()
+        runtime.enqueue_run("first")
+        assert held == ["first"]
+        assert not [m for m in published if m["task"] == "mcptasks.run_task"]
+        runtime.stop_holding()
+        runtime.enqueue_run("second")
+        runtime.publish_runs(held)
+
+    contextvars.copy_context().run(scenario)
+    assert [m["args"] for m in published if m["task"] == "mcptasks.run_task"] == [["second"], ["first"]]
