@@ -236,4 +236,11 @@ def check_timing(app_configs: Any = None, **kwargs: Any) -> list[Any]:
     for name, value in positive.items():
         if value <= 0:
             errors.append(Error(f"MCPTASKS['{name}'] must be positive, not {value}.", id="mcptasks.E006"))
+    if conf.PURGE_PAUSE_SECONDS < 0:
+        errors.append(
+            Error(
+                f"MCPTASKS['PURGE_PAUSE_SECONDS'] must be zero or more, not {conf.PURGE_PAUSE_SECONDS}.",
+                id="mcptasks.E006",
+            )
+        )
     return errors

@@ -148,6 +148,8 @@ def test_unimportable_authentication_class(sound):
         ({"CANCEL_POLL_SECONDS": 0}, ["mcptasks.E006"]),
         ({"MAX_ATTEMPTS": 0}, ["mcptasks.E006"]),
         ({"PURGE_BATCH_SIZE": 0}, ["mcptasks.E006"]),
+        ({"PURGE_PAUSE_SECONDS": -0.5}, ["mcptasks.E006"]),
+        ({"PURGE_PAUSE_SECONDS": 0}, []),
         ({"POLL_INTERVAL_MS": 0}, ["mcptasks.E006"]),
         ({"DISPATCH_GRACE_SECONDS": -1}, ["mcptasks.E006"]),
     ],
