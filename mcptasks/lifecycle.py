@@ -248,16 +248,33 @@ def _check_active_quota(owner: str) -> None:
     limit = settings.MAX_ACTIVE_TASKS_PER_OWNER
     if limit is None:
         return
-    active = Task.objects.filter(owner=owner, status__in=ACTIVE_STATUSES)
     if connection.vendor == "postgresql":
-        shared = limit > QUOTA_LOCK_MARGIN and active.count() < limit - QUOTA_LOCK_MARGIN
+        shared = _far_below_quota(owner, limit)
         function = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"
         with connection.cursor() as cursor:
-            cursor.execute(f"SELECT {function}(hashtextextended(%s, 0))", [f"mcptasks:{owner}"])
+            cursor.execute(f"SELECT {function}(hashtextextended(%s, 0))", [_quota_lock_key(owner)])
         if shared:
             return
-    if active.count() >= limit:
+    if Task.objects.filter(owner=owner, status__in=ACTIVE_STATUSES).count() >= limit:
         raise TooManyActiveTasks(limit)
+
+
+def _far_below_quota(owner: str, limit: int) -> bool:
+    """Whether ``owner`` is far enough below ``limit`` for a creation to take
+    the quota lock shared (Postgres), from a count taken without the lock."""
+    if limit <= QUOTA_LOCK_MARGIN:
+        return False
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT count(*) FROM {_tables()['task']} WHERE owner = %s AND status = ANY(%s)",
+            [owner, list(ACTIVE_STATUSES)],
+        )
+        (active,) = cursor.fetchone()
+    return active < limit - QUOTA_LOCK_MARGIN
+
+
+def _quota_lock_key(owner: str) -> str:
+    return f"mcptasks:{owner}"
 
 
 # The guarded transition -------------------------------------------------------
@@ -584,21 +601,13 @@ def _insert_created_sql(task: Task, actor: str, detail: Mapping[str, Any]) -> bo
     exclusive checker still waits for this creation before it counts.
     """
     limit = settings.MAX_ACTIVE_TASKS_PER_OWNER
-    lock = False
     params: list[Any] = []
+    lock = False
     if limit is not None:
-        if limit <= QUOTA_LOCK_MARGIN:
-            return False
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT count(*) FROM {_tables()['task']} WHERE owner = %s AND status = ANY(%s)",
-                [task.owner, list(ACTIVE_STATUSES)],
-            )
-            (active,) = cursor.fetchone()
-        if active >= limit - QUOTA_LOCK_MARGIN:
+        if not _far_below_quota(task.owner, limit):
             return False
         lock = True
-        params.append(f"mcptasks:{task.owner}")
+        params.append(_quota_lock_key(task.owner))
     fields = Task._meta.concrete_fields
     params += [f.get_db_prep_save(f.pre_save(task, add=True), connection) for f in fields]
     sql = _created_sql(with_quota_lock=lock)
