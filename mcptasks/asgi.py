@@ -25,8 +25,6 @@ from django.core.exceptions import RequestAborted
 from django.core.handlers.asgi import ASGIHandler
 from django.urls import set_script_prefix
 
-from . import runtime
-
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
@@ -104,9 +102,6 @@ class MCPHandler(ASGIHandler):
             await self.send_response(error, send)
             return
 
-        # Runs this request enqueues are published once its answer is sent
-        # (or before a stream starts): the answer does not wait for the broker.
-        held_runs = runtime.hold_runs()
         try:
             response = await mcp_endpoint(request)
             if not response.streaming:
@@ -114,8 +109,6 @@ class MCPHandler(ASGIHandler):
                 # to stop, so it needs no watcher (the polling hot path).
                 await self.send_response(response, send)
                 return
-            runtime.stop_holding()
-            await _publish_held(held_runs)
             # A stream runs until the client goes away: that ends it.
             work = asyncio.ensure_future(self.send_response(response, send))
             disconnect = asyncio.ensure_future(self.listen_for_disconnect(receive))
@@ -129,18 +122,6 @@ class MCPHandler(ASGIHandler):
                         await task
         finally:
             body.close()
-            await _publish_held(held_runs)
-
-
-async def _publish_held(task_ids: list[str]) -> None:
-    """Publish the runs a request enqueued, off the event loop; its client
-    already has its answer."""
-    if task_ids:
-        from .views import worker_threads
-
-        pending = list(task_ids)
-        task_ids.clear()
-        await asyncio.get_running_loop().run_in_executor(worker_threads(), runtime.publish_runs, pending)
 
 
 class _BodyTooLarge(Exception):

@@ -624,9 +624,8 @@ def _created_sql(*, with_quota_lock: bool) -> str:
     """The task's INSERT and its ``created`` event, as one statement;
     optionally taking the owner's quota lock shared first."""
     t = _tables()
-    fields = Task._meta.concrete_fields
-    columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
-    placeholders = ", ".join(["%s"] * len(fields))
+    names, columns = _task_columns()
+    placeholders = ", ".join(["%s"] * len(names))
     if with_quota_lock:
         head = "WITH quota AS MATERIALIZED (SELECT pg_advisory_xact_lock_shared(hashtextextended(%s, 0))), "
         source = f"SELECT {placeholders} FROM quota"
