@@ -586,8 +586,10 @@ def _tables() -> dict[str, str]:
     }
 
 
-def _json_param(model: type[models.Model], field: str, value: Any) -> Any:
-    return model._meta.get_field(field).get_db_prep_value(value, connection)
+def _db_value(model: type[models.Model], field: str, value: Any) -> Any:
+    """``value`` as a raw statement's parameter for ``model.field`` (JSON
+    wrapped for the driver, and so on), as the ORM would save it."""
+    return model._meta.get_field(field).get_db_prep_save(value, connection)
 
 
 def _insert_created_sql(task: Task, actor: str, detail: Mapping[str, Any]) -> bool:
@@ -611,7 +613,7 @@ def _insert_created_sql(task: Task, actor: str, detail: Mapping[str, Any]) -> bo
     fields = Task._meta.concrete_fields
     params += [f.get_db_prep_save(f.pre_save(task, add=True), connection) for f in fields]
     sql = _created_sql(with_quota_lock=lock)
-    params += [task.created_at, task.status, actor, _json_param(TaskEvent, "detail", dict(detail))]
+    params += [task.created_at, task.status, actor, _db_value(TaskEvent, "detail", dict(detail))]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
     task._state.adding = False
@@ -673,9 +675,7 @@ def _finish_run_sql(task_id: str, *, to: str, worker: str, fields: Mapping[str, 
     t = _tables()
     now = timezone.now()
     assignments = ", ".join(f"{connection.ops.quote_name(Task._meta.get_field(f).column)} = %s" for f in fields)
-    values = [
-        _json_param(Task, name, value) if name in Task.objects._JSON_FIELDS else value for name, value in fields.items()
-    ]
+    values = [_db_value(Task, name, value) for name, value in fields.items()]
     actor = worker_actor(worker)
     sql = f"""
         WITH finished AS (
@@ -689,7 +689,7 @@ def _finish_run_sql(task_id: str, *, to: str, worker: str, fields: Mapping[str, 
         SELECT * FROM finished
     """
     params = [to, now, *values, task_id, TaskStatus.WORKING, worker, now, TaskStatus.WORKING, actor]
-    params.append(_json_param(TaskEvent, "detail", {}))
+    params.append(_db_value(TaskEvent, "detail", {}))
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()

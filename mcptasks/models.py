@@ -6,6 +6,7 @@ transition and guards each one with a compare-and-set on the current status.
 
 from __future__ import annotations
 
+import functools
 import json
 import secrets
 from collections.abc import Sequence
@@ -37,6 +38,11 @@ class Era(models.TextChoices):
 
     MODERN = "2026-07-28", "2026-07-28 tasks extension"
     LEGACY = "2025-11-25", "2025-11-25 experimental tasks"
+
+
+@functools.cache
+def _json_fields(model: type[models.Model]) -> frozenset[str]:
+    return frozenset(f.attname for f in model._meta.concrete_fields if isinstance(f, models.JSONField))
 
 
 class TaskManager(models.Manager["Task"]):
@@ -78,13 +84,12 @@ class TaskManager(models.Manager["Task"]):
             return None
         return self.from_row(self._LOOKUP_FIELDS, row)
 
-    _JSON_FIELDS = frozenset({"arguments", "client_capabilities", "result", "error"})
-
     def from_row(self, names: Sequence[str], row: Sequence[Any]) -> Task:
         """A task from a raw SQL row holding the fields ``names``, in order.
         JSON columns arrive as text from Django's Postgres loader."""
+        json_fields = _json_fields(self.model)
         values = [
-            json.loads(value) if name in self._JSON_FIELDS and isinstance(value, str) else value
+            json.loads(value) if name in json_fields and isinstance(value, str) else value
             for name, value in zip(names, row, strict=True)
         ]
         return self.model.from_db(self.db, list(names), values)
