@@ -15,11 +15,21 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 
+def package_version() -> str:
+    """The installed distribution's version: pyproject.toml is its one home."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("mcptasks")
+    except PackageNotFoundError:  # imported from a source tree that was never installed
+        return "0+unknown"
+
+
 @dataclass(frozen=True)
 class MCPTasksSettings:
     #: Name and version reported in ``serverInfo``.
     SERVER_NAME: str = "mcptasks"
-    SERVER_VERSION: str = "0.1.0"
+    SERVER_VERSION: str = field(default_factory=package_version)
     INSTRUCTIONS: str | None = None
     #: DRF authentication classes (dotted paths) that identify the caller.
     AUTHENTICATION_CLASSES: tuple[str, ...] = (
