@@ -240,6 +240,18 @@ def newcomer(tmp_path_factory: pytest.TempPathFactory) -> Newcomer:
 class Services:
     settings: str
     database: str | None = None
+    #: Redis servers this site wrote to, and the marker in its keys there.
+    redis_urls: tuple[str, ...] = ()
+    redis_marker: str = ""
+
+    def clean_redis(self) -> None:
+        import redis
+
+        for url in self.redis_urls:
+            with redis.Redis.from_url(url) as client:
+                keys = list(client.scan_iter(match=f"*{self.redis_marker}*", count=1000))
+                if keys:
+                    client.delete(*keys)
 
 
 def production_services(unique: str) -> Services:
@@ -247,20 +259,20 @@ def production_services(unique: str) -> Services:
     database, and on the shared Redis its own queue and channel prefix."""
     base = os.environ.get("DATABASE_URL", live.DEFAULT_DATABASE_URL)
     redis = os.environ.get("MCPTASKS_TEST_REDIS_URL", live.DEFAULT_REDIS_URL)
+    layer = f"{redis.rpartition('/')[0]}/1"  # the README's layer: database 1 of the same Redis
     database = f"mcptasks_adoption_{unique}"
     parts = httpx.URL(base)
+    marker = f"mcptasks-adoption-{unique}"
     text = (
         PRODUCTION_SERVICES.replace('"NAME": "mysite"', f'"NAME": "{database}"')
         .replace('"HOST": "127.0.0.1"', f'"HOST": "{parts.host}", "PORT": "{parts.port or 5432}"')
         .replace('"USER": "postgres"', f'"USER": "{parts.username or "postgres"}"')
         .replace("redis://127.0.0.1:6379/0", redis)
-        .replace(
-            '"hosts": ["redis://127.0.0.1:6379/1"]', f'"hosts": ["redis://127.0.0.1:6379/1"], "prefix": "{unique}"'
-        )
+        .replace('"hosts": ["redis://127.0.0.1:6379/1"]', f'"hosts": ["{layer}"], "prefix": "{marker}"')
     )
     # Not the README's: other runs share this Redis, so this site keeps to a queue of its own.
-    text += f'CELERY_TASK_DEFAULT_QUEUE = "mcptasks-adoption-{unique}"\n'
-    return Services(settings=text, database=database)
+    text += f'CELERY_TASK_DEFAULT_QUEUE = "{marker}"\n'
+    return Services(settings=text, database=database, redis_urls=(redis, layer), redis_marker=marker)
 
 
 def follow_the_readme(site: Path, services: str, env: dict[str, str], python: str) -> None:
@@ -346,6 +358,7 @@ def adopted_site(newcomer: Newcomer, work: Path, services: Services) -> Iterator
             live.kill_group(proc)
         if services.database:
             live.drop_database(base, services.database)
+        services.clean_redis()
 
 
 def wait_until_serving(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: float = 60.0) -> None:
