@@ -65,10 +65,25 @@ def start_worker_processes(
     # and the purge, as beat sends them).
     queues = dict.fromkeys(q for q in (mcp_settings.CELERY_QUEUE, app.conf.task_default_queue) if q)
     worker = [*base, "worker", "--loglevel", "WARNING", "--pool", pool, "--concurrency", str(concurrency)]
+    env = child_environment(app_name)
     return [
-        subprocess.Popen([*worker, "-Q", ",".join(queues)]),
-        subprocess.Popen([*base, "beat", "--loglevel", "WARNING", "--schedule", beat_schedule_file(app)]),
+        subprocess.Popen([*worker, "-Q", ",".join(queues)], env=env),
+        subprocess.Popen([*base, "beat", "--loglevel", "WARNING", "--schedule", beat_schedule_file(app)], env=env),
     ]
+
+
+def child_environment(app_name: str) -> dict[str, str]:
+    """This process's environment, with the folder that holds the app's
+    top-level package first on ``PYTHONPATH``: ``celery -A`` imports from the
+    current folder, which need not be the site's (``python path/to/manage.py``)."""
+    env = dict(os.environ)
+    top = sys.modules.get(app_name.partition(":")[0].split(".")[0])
+    origin = getattr(top, "__file__", None)
+    if origin:
+        # A package's __file__ is its __init__.py, one folder deeper than a module's.
+        folder = os.path.dirname(os.path.dirname(origin)) if hasattr(top, "__path__") else os.path.dirname(origin)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (folder, env.get("PYTHONPATH")) if p)
+    return env
 
 
 def graceful_server_class() -> type:

@@ -8,6 +8,7 @@ of Celery's "First steps with Django". ``tests`` is a package with neither.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -17,10 +18,11 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.test import override_settings
 
+import project
 import project.asgi
 import project.celery
 from mcptasks.discovery import find_asgi_application, find_celery_app, settings_packages, split_object_path
-from mcptasks.runner import beat_schedule_file, broker_is_in_process
+from mcptasks.runner import beat_schedule_file, broker_is_in_process, child_environment
 
 
 @pytest.fixture(autouse=True)
@@ -180,3 +182,12 @@ def test_the_in_process_broker_is_read_from_the_app():
     assert broker_is_in_process(app)
     app.conf.broker_url = "redis://127.0.0.1:6379/0"
     assert not broker_is_in_process(app)
+
+
+@pytest.mark.parametrize("name", ["project", "project.celery:app"])
+def test_celery_children_import_the_app_from_the_sites_folder_whatever_the_current_one(
+    name: str, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    site_folder = str(Path(project.__file__).resolve().parent.parent)
+    assert child_environment(name)["PYTHONPATH"].split(os.pathsep) == [site_folder, "/elsewhere"]
