@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -162,6 +163,12 @@ def test_a_named_celery_app_that_does_not_load_is_an_error():
 @override_settings(SETTINGS_MODULE="tests.settings")
 def test_run_stops_with_the_error_before_starting_anything():
     with pytest.raises(CommandError, match="No Celery app found"):
+        call_command("mcptasks", "run", "--port", "1")
+
+
+def test_run_without_uvicorn_names_the_extra_to_install(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # how Python marks a module as not importable
+    with pytest.raises(CommandError, match=re.escape('pip install "mcptasks[server]" (or uvicorn)')):
         call_command("mcptasks", "run", "--port", "1")
 
 

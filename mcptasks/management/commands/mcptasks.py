@@ -113,9 +113,14 @@ class Command(BaseCommand):
     def do_run(
         self, *, host: str, port: int, concurrency: int, pool: str, asgi: str | None, celery_app: str | None, **_: Any
     ) -> None:
-        from mcptasks.discovery import find_asgi_application, find_celery_app
+        from mcptasks.discovery import find_asgi_application, find_celery_app, module_exists
         from mcptasks.runner import run
 
+        if not module_exists("uvicorn"):
+            raise CommandError(
+                "manage.py mcptasks run serves the site with uvicorn, which is not installed: pip install "
+                '"mcptasks[server]" (or uvicorn).'
+            )
         # Both are found (and imported) before anything starts, so a site that
         # names neither gets one clear error and no half-started processes.
         celery = find_celery_app(celery_app)
