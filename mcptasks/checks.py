@@ -74,7 +74,7 @@ def check_celery(app_configs: Any = None, **kwargs: Any) -> list[Any]:
                 "No Celery broker is configured: task runs would go to Celery's default "
                 "(amqp://guest@localhost) and never reach a worker.",
                 hint="Set CELERY_BROKER_URL (e.g. redis://host:6379/0) and load your Celery app "
-                "in your project's __init__.py, as the Celery docs for Django describe.",
+                "in your site package's __init__.py, as Celery's \"First steps with Django\" describes.",
                 id="mcptasks.E001",
             )
         ]

@@ -100,6 +100,10 @@ class MCPTasksSettings:
     INLINE_TOOL_THREADS: int = 32
     #: Celery queue for tool runs.
     CELERY_QUEUE: str | None = None
+    #: The site's Celery app for ``manage.py mcptasks run``, as ``celery -A``
+    #: takes it (``"mysite"`` or ``"mysite.celery:app"``). ``None``: found from
+    #: the settings module's package, as ``celery -A mysite`` would.
+    CELERY_APP: str | None = None
     #: Allowed ``Origin`` values (scheme://host[:port]); ``None`` allows only
     #: origins whose host is in ``ALLOWED_HOSTS`` or is a loopback name.
     ALLOWED_ORIGINS: tuple[str, ...] | None = None

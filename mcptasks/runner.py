@@ -16,28 +16,32 @@ import sys
 import threading
 from typing import Any
 
-from django.conf import settings as django_settings
-
 from .conf import settings as mcp_settings
+from .discovery import Found
 
 logger = logging.getLogger("mcptasks.runner")
 
 
-def celery_app() -> Any:
-    from celery import current_app
-
-    return current_app._get_current_object()
+def broker_is_in_process(app: Any) -> bool:
+    return str(app.conf.broker_url or "").startswith("memory://")
 
 
-def broker_is_in_process() -> bool:
-    return str(getattr(django_settings, "CELERY_BROKER_URL", "memory://")).startswith("memory://")
+def beat_schedule_file(app: Any) -> str:
+    """Celery's own ``beat_schedule_filename`` (``CELERY_BEAT_SCHEDULE_FILENAME``
+    with the usual namespace; Celery's default is ``celerybeat-schedule`` in the
+    current directory). Its folder is made if missing."""
+    path = str(app.conf.beat_schedule_filename)
+    folder = os.path.dirname(path)
+    if folder:
+        os.makedirs(folder, exist_ok=True)
+    return path
 
 
-def start_embedded_worker(concurrency: int) -> list[Any]:
-    """A thread-pool worker and a beat thread inside this process."""
+def start_embedded_worker(app: Any, concurrency: int) -> list[Any]:
+    """A thread-pool worker and a beat thread inside this process, on the
+    site's own app (the in-process broker exists only in this process)."""
     from celery.beat import EmbeddedService
 
-    app = celery_app()
     worker = app.WorkController(
         pool_cls="threads",
         concurrency=concurrency,
@@ -47,29 +51,39 @@ def start_embedded_worker(concurrency: int) -> list[Any]:
         without_mingle=True,
         without_gossip=True,
     )
-    beat_dir = django_settings.BASE_DIR / "var" if hasattr(django_settings, "BASE_DIR") else None
-    beat_file = str(beat_dir / "celerybeat-schedule") if beat_dir else "celerybeat-schedule"
-    if beat_dir:
-        beat_dir.mkdir(parents=True, exist_ok=True)
-    beat = EmbeddedService(app, thread=True, schedule_filename=beat_file)
+    beat = EmbeddedService(app, thread=True, schedule_filename=beat_schedule_file(app))
     threading.Thread(target=worker.start, name="mcptasks-worker", daemon=True).start()
     beat.start()
     return [worker, beat]
 
 
-def start_worker_processes(concurrency: int, pool: str = "prefork") -> list[subprocess.Popen[bytes]]:
-    app_name = os.environ.get("MCPTASKS_CELERY_APP", "project")
+def start_worker_processes(
+    app: Any, app_name: str, concurrency: int, pool: str = "prefork"
+) -> list[subprocess.Popen[bytes]]:
     base = [sys.executable, "-m", "celery", "-A", app_name]
-    beat_file = os.path.join(str(getattr(django_settings, "BASE_DIR", ".")), "var", "celerybeat-schedule")
-    os.makedirs(os.path.dirname(beat_file), exist_ok=True)
     # The runs' queue (MCPTASKS CELERY_QUEUE) and the default one (the sweeper
     # and the purge, as beat sends them).
-    queues = dict.fromkeys(q for q in (mcp_settings.CELERY_QUEUE, celery_app().conf.task_default_queue) if q)
+    queues = dict.fromkeys(q for q in (mcp_settings.CELERY_QUEUE, app.conf.task_default_queue) if q)
     worker = [*base, "worker", "--loglevel", "WARNING", "--pool", pool, "--concurrency", str(concurrency)]
+    env = child_environment(app_name)
     return [
-        subprocess.Popen([*worker, "-Q", ",".join(queues)]),
-        subprocess.Popen([*base, "beat", "--loglevel", "WARNING", "--schedule", beat_file]),
+        subprocess.Popen([*worker, "-Q", ",".join(queues)], env=env),
+        subprocess.Popen([*base, "beat", "--loglevel", "WARNING", "--schedule", beat_schedule_file(app)], env=env),
     ]
+
+
+def child_environment(app_name: str) -> dict[str, str]:
+    """This process's environment, with the folder that holds the app's
+    top-level package first on ``PYTHONPATH``: ``celery -A`` imports from the
+    current folder, which need not be the site's (``python path/to/manage.py``)."""
+    env = dict(os.environ)
+    top = sys.modules.get(app_name.partition(":")[0].split(".")[0])
+    origin = getattr(top, "__file__", None)
+    if origin:
+        # A package's __file__ is its __init__.py, one folder deeper than a module's.
+        folder = os.path.dirname(os.path.dirname(origin)) if hasattr(top, "__path__") else os.path.dirname(origin)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (folder, env.get("PYTHONPATH")) if p)
+    return env
 
 
 def graceful_server_class() -> type:
@@ -88,22 +102,29 @@ def graceful_server_class() -> type:
     return GracefulServer
 
 
-def run(*, host: str, port: int, concurrency: int, asgi_app: str, pool: str = "prefork") -> None:
+def run(*, host: str, port: int, concurrency: int, asgi: Found, celery: Found, pool: str = "prefork") -> None:
     import uvicorn
 
+    app = celery.obj
+    # Runs published from this process go through the site's app, whatever
+    # Celery took for current before.
+    app.set_current()
+    app.set_default()
     server_class = graceful_server_class()
     children: list[subprocess.Popen[bytes]] = []
     embedded: list[Any] = []
-    if broker_is_in_process():
-        embedded = start_embedded_worker(concurrency)
+    if broker_is_in_process(app):
+        embedded = start_embedded_worker(app, concurrency)
         mode = f"embedded worker ({concurrency} threads) and beat"
     else:
-        children = start_worker_processes(concurrency, pool)
+        children = start_worker_processes(app, celery.name, concurrency, pool)
         slots = "processes" if pool == "prefork" else "threads"
         mode = f"celery worker ({concurrency} {slots}) and beat"
     print(f"mcptasks: serving http://{host}:{port}/mcp with {mode}", flush=True)
+    print(f"mcptasks: ASGI application {asgi.name} (from {asgi.source})", flush=True)
+    print(f"mcptasks: Celery app {celery.name} (from {celery.source})", flush=True)
 
-    server = server_class(uvicorn.Config(asgi_app, host=host, port=port, log_level="warning", lifespan="off"))
+    server = server_class(uvicorn.Config(asgi.obj, host=host, port=port, log_level="warning", lifespan="off"))
 
     def watch_children() -> None:
         for child in children:

@@ -110,6 +110,8 @@ CELERY_BROKER_CHANNEL_ERROR_RETRY = True
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT", default=3600)}
 if CELERY_BROKER_URL.startswith("memory://"):
     CELERY_BROKER_TRANSPORT_OPTIONS["polling_interval"] = 0.02
+# Beat's record of last runs, with the example site's other files in var/.
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_BEAT_SCHEDULE = {
     **BEAT_SCHEDULE,
     "mcptasks-sweep": {**BEAT_SCHEDULE["mcptasks-sweep"], "schedule": env.float("MCP_SWEEP_SECONDS", default=10.0)},

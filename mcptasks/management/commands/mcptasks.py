@@ -35,17 +35,40 @@ class Command(BaseCommand):
         sub = parser.add_subparsers(dest="subcommand", required=True)
 
         run = sub.add_parser("run", help="Serve /mcp with a worker and beat (the embedded default or real services).")
-        run.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
-        run.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
-        run.add_argument("--concurrency", type=int, default=int(os.environ.get("WORKER_CONCURRENCY", "4")))
+        run.add_argument(
+            "--host", default=os.environ.get("HOST", "127.0.0.1"), help="Address to serve on (env HOST; 127.0.0.1)."
+        )
+        run.add_argument(
+            "--port", type=int, default=int(os.environ.get("PORT", "8000")), help="Port to serve on (env PORT; 8000)."
+        )
+        run.add_argument(
+            "--concurrency",
+            type=int,
+            default=int(os.environ.get("WORKER_CONCURRENCY", "4")),
+            help="Worker slots (env WORKER_CONCURRENCY; 4).",
+        )
         run.add_argument(
             "--pool",
             choices=["prefork", "threads"],
             default=os.environ.get("WORKER_POOL", "prefork"),
-            help="Celery pool of the worker process with a real broker: prefork (a child per slot, for tools "
-            "that compute) or threads (slots in one process, for tools that mostly wait).",
+            help="Celery pool of the worker process with a real broker (env WORKER_POOL): prefork (a child per "
+            "slot, for tools that compute; the default) or threads (slots in one process, for tools that mostly "
+            "wait).",
         )
-        run.add_argument("--asgi", default=os.environ.get("ASGI_APPLICATION_PATH", "project.asgi:application"))
+        run.add_argument(
+            "--asgi",
+            metavar="MODULE:ATTR",
+            help="The site's ASGI application (mysite.asgi:application or mysite.asgi.application). Default: the "
+            "ASGI_APPLICATION_PATH environment variable, else settings.ASGI_APPLICATION, else the asgi module "
+            "beside settings.WSGI_APPLICATION.",
+        )
+        run.add_argument(
+            "--celery-app",
+            metavar="APP",
+            help="The site's Celery app, as `celery -A` takes it (mysite or mysite.celery:app). Default: the "
+            'MCPTASKS_CELERY_APP environment variable, else MCPTASKS["CELERY_APP"], else found from the '
+            "settings module's package the way `celery -A mysite` does.",
+        )
 
         sweep = sub.add_parser("sweep", help="Re-run or fail tasks whose worker died or whose message was lost.")
         sweep.add_argument("--dry-run", action="store_true")
@@ -87,10 +110,22 @@ class Command(BaseCommand):
             raise CommandError(f"No task {task_id!r}")
         return task
 
-    def do_run(self, *, host: str, port: int, concurrency: int, pool: str, asgi: str, **_: Any) -> None:
+    def do_run(
+        self, *, host: str, port: int, concurrency: int, pool: str, asgi: str | None, celery_app: str | None, **_: Any
+    ) -> None:
+        from mcptasks.discovery import find_asgi_application, find_celery_app, module_exists
         from mcptasks.runner import run
 
-        run(host=host, port=port, concurrency=concurrency, pool=pool, asgi_app=asgi)
+        if not module_exists("uvicorn"):
+            raise CommandError(
+                "manage.py mcptasks run serves the site with uvicorn, which is not installed: pip install "
+                '"mcptasks[server]" (or uvicorn).'
+            )
+        # Both are found (and imported) before anything starts, so a site that
+        # names neither gets one clear error and no half-started processes.
+        celery = find_celery_app(celery_app)
+        application = find_asgi_application(asgi)
+        run(host=host, port=port, concurrency=concurrency, pool=pool, asgi=application, celery=celery)
 
     def do_sweep(self, *, dry_run: bool, limit: int, **_: Any) -> None:
         report = lifecycle.sweep(dry_run=dry_run, limit=limit)
