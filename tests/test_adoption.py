@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -47,8 +48,10 @@ README = live.REPO / "README.md"
 # ==================================================================================================
 
 SITE = "mysite"
-PIP_INSTALL = 'pip install "mcptasks[postgres,redis,server]"'
-PIP_EXTRAS = "postgres,redis,server"
+#: Where the README says "path/to/mcptasks", the test puts its copy of this checkout.
+CHECKOUT_PLACEHOLDER = "path/to/mcptasks"
+PIP_BUILD = "pip wheel --no-deps --wheel-dir dist path/to/mcptasks"
+PIP_INSTALL = 'pip install "$(echo dist/mcptasks-*.whl)[postgres,redis,server]"'
 
 # Celery's "First steps with Django".
 CELERY_PY = """\
@@ -150,6 +153,7 @@ def test_the_readme_section_shows_these_steps():
     """Not live: the README's text and the steps this test follows are the same."""
     section = readme_section()
     for piece in (
+        PIP_BUILD,
         PIP_INSTALL,
         CELERY_PY,
         PACKAGE_INIT,
@@ -218,21 +222,13 @@ def newcomer(tmp_path_factory: pytest.TempPathFactory) -> Newcomer:
             ".git", ".venv*", "var", "node_modules", "__pycache__", "*.egg-info", "build", ".*_cache", "artifacts"
         ),
     )
-    wheels = work / "wheels"
-    sh(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(wheels), str(source)],
-        cwd=work,
-        env=pip_env(),
-    )
-    (wheel,) = wheels.glob("mcptasks-*.whl")
     venv = work / "venv"
     sh([sys.executable, "-m", "venv", str(venv)], cwd=work, env=pip_env())
-    # The README's line, with the wheel file standing in for the package name.
-    sh(
-        [str(venv / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check", f"{wheel}[{PIP_EXTRAS}]"],
-        cwd=work,
-        env=pip_env(),
-    )
+    # The README's two lines, in a shell of the new venv, from the folder that will hold dist/.
+    env = {**pip_env(), "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}", "VIRTUAL_ENV": str(venv)}
+    for line in (PIP_BUILD.replace(CHECKOUT_PLACEHOLDER, shlex.quote(str(source))), PIP_INSTALL):
+        sh(["bash", "-c", f"{line} --quiet --disable-pip-version-check"], cwd=work, env=env)
+    (wheel,) = (work / "dist").glob("mcptasks-*.whl")
     return Newcomer(venv=venv, wheel=wheel)
 
 
