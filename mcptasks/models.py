@@ -45,6 +45,11 @@ def _json_fields(model: type[models.Model]) -> frozenset[str]:
     return frozenset(f.attname for f in model._meta.concrete_fields if isinstance(f, models.JSONField))
 
 
+@functools.cache
+def _datetime_fields(model: type[models.Model]) -> frozenset[str]:
+    return frozenset(f.attname for f in model._meta.concrete_fields if isinstance(f, models.DateTimeField))
+
+
 class TaskManager(models.Manager["Task"]):
     _lookup_sql: str | None = None
     _LOOKUP_FIELDS = (
@@ -86,12 +91,23 @@ class TaskManager(models.Manager["Task"]):
 
     def from_row(self, names: Sequence[str], row: Sequence[Any]) -> Task:
         """A task from a raw SQL row holding the fields ``names``, in order.
-        JSON columns arrive as text from Django's Postgres loader."""
+        JSON columns arrive as text from Django's Postgres loader. SQLite's
+        driver gives datetimes without their zone (the database's, UTC
+        unless DATABASES sets TIME_ZONE): as the ORM does, they get it back,
+        or they would be read as the process's local time."""
+        from django.conf import settings as django_settings
+        from django.db import connections
+        from django.utils import timezone
+
         json_fields = _json_fields(self.model)
-        values = [
-            json.loads(value) if name in json_fields and isinstance(value, str) else value
-            for name, value in zip(names, row, strict=True)
-        ]
+        datetime_fields = _datetime_fields(self.model)
+        values = []
+        for name, value in zip(names, row, strict=True):
+            if name in json_fields and isinstance(value, str):
+                value = json.loads(value)
+            elif name in datetime_fields and value is not None and timezone.is_naive(value) and django_settings.USE_TZ:
+                value = timezone.make_aware(value, connections[self.db].timezone)
+            values.append(value)
         return self.model.from_db(self.db, list(names), values)
 
 

@@ -2,33 +2,75 @@
 
 The suite runs on real services: Postgres for the database (``tests.settings``
 defaults ``DATABASE_URL`` to the local server; pytest-django creates
-``test_<name>`` on it), Redis for the live stack's broker
+``test_<name>_<pid>`` on it), Redis for the live stack's broker
 (``MCPTASKS_TEST_REDIS_URL``, default ``redis://127.0.0.1:6379/0``).
+
+With a ``sqlite://`` ``DATABASE_URL`` it runs on the embedded default's
+database instead (the SQLite pass of bin/test): tests marked
+``postgres_only(reason=...)`` are skipped there, with their reason.
 """
 
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import re
 import signal
+import tempfile
 import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from tests.support import postgres_only
 from tests.support.rpc import DjangoRpc, HttpRpc
 
 
-def pytest_configure(config: pytest.Config) -> None:
+def database_vendor() -> str:
+    """``postgresql`` or ``sqlite``: the engine this run's tests use."""
     from django.conf import settings
 
     engine = settings.DATABASES["default"]["ENGINE"]
-    if "postgresql" not in engine:
-        raise pytest.UsageError(f"the suite needs Postgres, but the database engine is {engine}")
+    if "postgresql" in engine:
+        return "postgresql"
+    if engine == "django.db.backends.sqlite3":
+        return "sqlite"
+    raise pytest.UsageError(f"the suite runs on Postgres or SQLite, but the database engine is {engine}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    vendor = database_vendor()
     if not hasattr(config, "workerinput"):  # once per run, not per xdist worker
-        drop_stale_databases()
+        if vendor == "postgresql":
+            drop_stale_databases()
+        else:
+            remove_stale_sqlite_files()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    from django.conf import settings
+
+    test_name = settings.DATABASES["default"].get("TEST", {}).get("NAME")
+    if database_vendor() == "sqlite" and test_name and not hasattr(config, "workerinput"):
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(f"{test_name}{suffix}")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On SQLite, skip the tests that need Postgres, saying why."""
+    on_postgres = database_vendor() == "postgresql"
+    for item in items:
+        mark = item.get_closest_marker("postgres_only")
+        if mark is None:
+            continue
+        reason = mark.kwargs.get("reason") or (mark.args[0] if mark.args else "")
+        if not reason:
+            raise pytest.UsageError(f"{item.nodeid}: postgres_only needs a reason")
+        if not on_postgres:
+            item.add_marker(pytest.mark.skip(reason=f"Postgres only: {reason}"))
 
 
 def drop_stale_databases() -> None:
@@ -58,6 +100,17 @@ def drop_stale_databases() -> None:
         print(f"could not look for stale test databases: {exc}")
 
 
+def remove_stale_sqlite_files() -> None:
+    """Remove the SQLite test databases (and their WAL files) of runs killed
+    before their teardown (tests.settings names them by the run's pid)."""
+    pattern = re.compile(r"test_mcptasks_(\d+)\.sqlite3(?:-wal|-shm|-journal)?$")
+    for path in glob.glob(os.path.join(tempfile.gettempdir(), "test_mcptasks_*.sqlite3*")):
+        found = pattern.search(path)
+        if found and int(found.group(1)) != os.getpid() and not pid_alive(int(found.group(1))):
+            with contextlib.suppress(OSError):
+                os.remove(path)
+
+
 def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -76,10 +129,13 @@ def django_db_setup(django_db_setup: Any, django_db_blocker: Any) -> Iterator[No
     """pytest-django's test database, plus: before it is dropped, end the
     other sessions on it. The endpoint does its database work on its own
     threads, whose connections would otherwise stay open and make the drop
-    fail ("being accessed by other users")."""
+    fail ("being accessed by other users"). SQLite has no sessions to end:
+    Django removes the file (and pytest_unconfigure any WAL files left)."""
     yield
     from django.db import connection
 
+    if connection.vendor != "postgresql":
+        return
     with django_db_blocker.unblock(), connection.cursor() as cursor:
         cursor.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
@@ -87,10 +143,16 @@ def django_db_setup(django_db_setup: Any, django_db_blocker: Any) -> Iterator[No
         )
 
 
-@pytest.fixture(params=["single-statement", "orm"])
+@pytest.fixture(
+    params=[
+        pytest.param("single-statement", marks=postgres_only.SINGLE_STATEMENT),
+        "orm",
+    ]
+)
 def transition_paths(request: Any, monkeypatch: pytest.MonkeyPatch) -> str:
     """Run the test once on each way ``lifecycle`` claims and finishes a run:
-    Postgres's single statements, and the ORM path other databases take."""
+    Postgres's single statements, and the ORM path other databases take
+    (the only one on SQLite, where the first is skipped)."""
     from mcptasks import lifecycle
 
     if request.param == "orm":

@@ -20,6 +20,7 @@ from mcptasks import execution, lifecycle
 from mcptasks.admin import COUNT_CAP
 from mcptasks.models import Era, Task, TaskEvent, TaskStatus
 from mcptasks.registry import registry, tool
+from tests.support import postgres_only
 from tests.support.factories import (
     accept,
     cancelled_task,
@@ -187,6 +188,7 @@ def bulk_insert(count: int) -> None:
         cursor.execute("ANALYZE mcptasks_task")
 
 
+@postgres_only.PLANNER
 def test_a_large_table_shows_an_estimate_and_a_capped_filtered_count(admin_client):
     bulk_insert(COUNT_CAP + 2_000)
     response = admin_client.get(CHANGELIST)
@@ -219,6 +221,7 @@ def test_a_large_table_shows_an_estimate_and_a_capped_filtered_count(admin_clien
         "?p=3",
     ],
 )
+@postgres_only.PLANNER
 def test_every_change_list_query_can_use_an_index(admin_client, query):
     """With sequential scans priced out, each query the change list runs must
     still find an index to use, so none reads the whole table. The one scan

@@ -23,7 +23,7 @@ from django.utils import timezone
 from mcptasks import lifecycle
 from mcptasks.models import InputRequest, Task, TaskEvent, TaskStatus
 from mcptasks.registry import registry, tool
-from tests.support import live
+from tests.support import live, postgres_only
 from tests.support.factories import (
     WORKER,
     accept,
@@ -116,6 +116,34 @@ BULK = 30_000
 
 
 def bulk_expired(count: int) -> None:
+    if connection.vendor != "postgresql":  # no generate_series: the same rows through the ORM
+        made = timezone.now() - timedelta(hours=2)
+        Task.objects.bulk_create(
+            (
+                Task(
+                    id=f"expired-{g}",
+                    owner="bulk",
+                    tool_name="slow_compute",
+                    status=TaskStatus.COMPLETED,
+                    result={"content": [], "isError": False},
+                    created_at=made,
+                    updated_at=made,
+                    ttl_ms=3_600_000,
+                    expires_at=made + timedelta(hours=1),
+                    attempts=1,
+                )
+                for g in range(1, count + 1)
+            ),
+            batch_size=2_000,
+        )
+        TaskEvent.objects.bulk_create(
+            (
+                TaskEvent(task_id=f"expired-{g}", at=made, kind="created", to_status="working", actor="client:bulk")
+                for g in range(1, count + 1)
+            ),
+            batch_size=2_000,
+        )
+        return
     with connection.cursor() as cursor:
         cursor.execute(
             """
@@ -148,7 +176,11 @@ def test_prune_of_a_large_backlog_never_stalls_polls(rpc, settings):
     bulk_expired(BULK)
     polled = lifecycle.create_task(owner="anonymous", tool_name="slow_compute", arguments={}, enqueue=False)
     db = connection.settings_dict
-    env = live.base_env({"DATABASE_URL": live.with_database(live.os.environ["DATABASE_URL"], db["NAME"])})
+    if connection.vendor == "sqlite":
+        url = f"sqlite:///{db['NAME']}"
+    else:
+        url = live.with_database(live.os.environ["DATABASE_URL"], db["NAME"])
+    env = live.base_env({"DATABASE_URL": url})
     started = time.monotonic()
     pruner = subprocess.Popen(
         [sys.executable, "manage.py", "mcptasks", "prune", "--batch-size", "1000"],
@@ -324,14 +356,16 @@ def test_stats_on_an_empty_table():
 
 @pytest.mark.live
 @pytest.mark.django_db(transaction=False)
-@pytest.mark.parametrize("broker", ["embedded", "redis-threads"])
+@pytest.mark.parametrize("broker", ["embedded", pytest.param("redis-threads", marks=postgres_only.LIVE_STACK)])
 def test_run_serves_mcp_and_runs_tasks_then_stops_cleanly(tmp_path: Path, broker: str):
-    """``mcptasks run`` against its own Postgres database: on the embedded
-    default (in-process broker, worker and beat threads), and on Redis with
-    a threads-pool worker process (``--pool threads``)."""
+    """``mcptasks run`` against its own database (Postgres, or a SQLite file
+    in the SQLite pass): on the embedded default (in-process broker, worker
+    and beat threads), and on Redis with a threads-pool worker process
+    (``--pool threads``)."""
+    on_postgres = connection.vendor == "postgresql"
     base = live.os.environ.get("DATABASE_URL", live.DEFAULT_DATABASE_URL)
     name = f"mcptasks_run_{live.os.getpid()}"
-    url = live.with_database(base, name)
+    url = live.with_database(base, name) if on_postgres else f"sqlite:///{tmp_path / 'run.sqlite3'}"
     if broker == "embedded":
         services, extra = {"CELERY_BROKER_URL": "memory://"}, []
     else:
@@ -339,7 +373,8 @@ def test_run_serves_mcp_and_runs_tasks_then_stops_cleanly(tmp_path: Path, broker
         services = {"CELERY_BROKER_URL": redis_url, "MCP_CELERY_QUEUE": f"mcptasks-run-{live.os.getpid()}"}
         extra = ["--pool", "threads"]
     env = live.base_env({**live.LIVE_SETTINGS, "DATABASE_URL": url, **services})
-    live.create_database(base, name)
+    if on_postgres:
+        live.create_database(base, name)
     proc = None
     try:
         subprocess.run(
@@ -376,4 +411,5 @@ def test_run_serves_mcp_and_runs_tasks_then_stops_cleanly(tmp_path: Path, broker
     finally:
         if proc is not None:
             live.kill_group(proc)
-        live.drop_database(base, name)
+        if on_postgres:
+            live.drop_database(base, name)

@@ -10,7 +10,7 @@ Each scenario is run against two configurations of the same site:
 * ``embedded``: ``manage.py mcptasks run`` on SQLite with the in-process
   broker (the zero-setup default);
 * ``services``: uvicorn plus a separate Celery worker on Postgres and Redis
-  (the session's live stack).
+  (the session's live stack), skipped in the suite's SQLite pass.
 
 A scenario passes when the suite reports no FAILURE check. The suite's own
 skips (a scenario it does not test yet) are reported as pytest skips.
@@ -31,7 +31,7 @@ from typing import Any
 
 import pytest
 
-from tests.support import live
+from tests.support import live, postgres_only
 
 pytestmark = pytest.mark.conformance
 
@@ -192,7 +192,7 @@ def embedded_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         live.kill_group(proc)
 
 
-@pytest.fixture(params=["embedded", "services"])
+@pytest.fixture(params=["embedded", pytest.param("services", marks=postgres_only.LIVE_STACK)])
 def server_url(request: pytest.FixtureRequest) -> str:
     if request.param == "embedded":
         return request.getfixturevalue("embedded_server")

@@ -33,10 +33,11 @@ from tests.reliability.fixtures import FORMS, private_services, record_figures  
 from tests.reliability.fuzzing import Case, Expected, Variants, category, check, expect
 from tests.reliability.rawhttp import Connection, ProtocolFailure
 from tests.reliability.stack import ChaosStack, start_chaos_stack, wait_until
+from tests.support import postgres_only
 from tests.support.live import drop_database, with_database
 from tests.support.rpc import HttpRpc
 
-pytestmark = pytest.mark.live
+pytestmark = [pytest.mark.live, postgres_only.CHAOS]
 
 REQUESTS = {"short": 100_000, "full": 300_000}
 #: Requests made from one hypothesis example.

@@ -32,6 +32,7 @@ import pytest
 
 from tests.reliability.fixtures import private_services, record_figures  # noqa: F401 (a fixture)
 from tests.reliability.stack import ChaosStack, start_chaos_stack, wait_until
+from tests.support import postgres_only
 from tests.support.live import drop_database, with_database
 from tests.support.rpc import TASKS_CAPS, HttpRpc, build_headers, build_meta
 
@@ -138,6 +139,7 @@ def task_state(stack: ChaosStack, task_id: str) -> tuple[Any, ...]:
 
 @pytest.mark.parametrize("method", sorted(METHODS))
 @pytest.mark.parametrize("intruder", ["bob", "anonymous"])
+@postgres_only.CHAOS
 def test_foreign_task_is_refused_exactly_like_an_unknown_one(iso_stack, identities, alices_tasks, method, intruder):
     token = identities[intruder]
     for status, task_id in alices_tasks.items():
@@ -153,6 +155,7 @@ def test_foreign_task_is_refused_exactly_like_an_unknown_one(iso_stack, identiti
         assert task_state(iso_stack, task_id) == before, f"{intruder}'s {method} changed alice's {status} task"
 
 
+@postgres_only.CHAOS
 def test_owner_still_sees_the_tasks(iso_stack, identities, alices_tasks):
     for status, task_id in alices_tasks.items():
         reply = send(iso_stack.url, identities["alice"], "tasks/get", {"taskId": task_id})
@@ -182,6 +185,7 @@ def read_events(url: str, token: str | None, task_ids: list[str], seconds: float
     return messages
 
 
+@postgres_only.CHAOS
 def test_listen_leaves_out_foreign_tasks_like_unknown_ones(iso_stack, identities, alices_tasks):
     theirs = [alices_tasks["working"], alices_tasks["input_required"]]
     foreign = read_events(iso_stack.url, identities["bob"], theirs)
@@ -192,6 +196,7 @@ def test_listen_leaves_out_foreign_tasks_like_unknown_ones(iso_stack, identities
     assert own[0]["params"]["notifications"] == {"taskIds": theirs}
 
 
+@postgres_only.CHAOS
 def test_refusals_take_as_long_for_foreign_and_unknown_ids(iso_stack, identities, alices_tasks):
     """A rough timing check: interleaved polls of alice's task and of unknown
     ids by bob; the medians must be close (an index lookup either way)."""
@@ -275,6 +280,7 @@ def entropy_report(ids: list[str]) -> dict[str, Any]:
     }
 
 
+@postgres_only.CHAOS
 def test_server_task_ids_carry_192_random_bits(iso_stack, identities):
     """Ids made by the running server (four identities in parallel)."""
     callers = [identities[name] for name in ("iso-carol", "iso-dave", "bob", "anonymous")] * 2

@@ -13,9 +13,10 @@ from django.db import connection
 
 from mcptasks import jobs
 from mcptasks.models import Task, TaskStatus
+from tests.support import postgres_only
 from tests.support.factories import make_task
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), postgres_only.SERVER_ENDED_CONNECTION]
 
 
 def _kill_this_connection() -> None:

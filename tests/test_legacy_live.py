@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from tests.support import live
+from tests.support import live, postgres_only
 from tests.support.legacy import RELATED, HttpLegacy
 
-pytestmark = pytest.mark.live
+pytestmark = [pytest.mark.live, postgres_only.LIVE_STACK]
 
 
 @pytest.fixture(scope="module")

@@ -17,9 +17,10 @@ from typing import Any
 
 import pytest
 
+from tests.support import postgres_only
 from tests.support.legacy_sdk import run_client, sdk_python
 
-pytestmark = pytest.mark.live
+pytestmark = [pytest.mark.live, postgres_only.LIVE_STACK]
 
 RELATED = "io.modelcontextprotocol/related-task"
 SCENARIOS = (

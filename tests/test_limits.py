@@ -37,6 +37,7 @@ from mcptasks import lifecycle
 from mcptasks.limits import throttle_cache
 from mcptasks.models import InputRequest, InputRequestState, Task, TaskStatus
 from tests.reliability.fixtures import private_services  # noqa: F401 (a fixture, for the live tests)
+from tests.support import postgres_only
 from tests.support.factories import accept, running_task, waiting_task
 from tests.support.rpc import PROTOCOL_VERSION, TASKS_CAPS, DjangoRpc, build_headers, build_meta
 
@@ -292,6 +293,7 @@ def _create_in_open_transaction(owner: str, created: threading.Event, release: t
         connection.close()
 
 
+@postgres_only.CONCURRENT_WRITERS
 def test_creations_far_below_the_quota_do_not_wait_for_each_other(limit):
     """Far below the limit, one owner's creations share the owner's lock: a
     creation whose transaction is still open holds up no other."""
@@ -629,6 +631,7 @@ def limits_stack(private_services, tmp_path_factory):  # noqa: F811
 
 
 @pytest.mark.live
+@postgres_only.CHAOS
 def test_live_announced_length_over_the_limit_is_413_before_the_body(limits_stack):
     """A client announces 50 MB and sends nothing more: the server answers
     413 at once instead of waiting for (or buffering) the body."""
@@ -659,6 +662,7 @@ def test_live_announced_length_over_the_limit_is_413_before_the_body(limits_stac
 
 
 @pytest.mark.live
+@postgres_only.CHAOS
 @pytest.mark.parametrize("host", ["evil.example", "attacker.localhost"])
 def test_live_foreign_host_is_400_with_a_json_rpc_error(limits_stack, host):
     import httpx
@@ -672,6 +676,7 @@ def test_live_foreign_host_is_400_with_a_json_rpc_error(limits_stack, host):
 
 
 @pytest.mark.live
+@postgres_only.CHAOS
 def test_live_poll_throttle_and_listen_rate(limits_stack):
     import httpx
 

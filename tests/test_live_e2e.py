@@ -10,9 +10,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from tests.support import postgres_only
 from tests.support.rpc import NO_CAPS, TASKS_CAPS, HttpRpc
 
-pytestmark = pytest.mark.live
+pytestmark = [pytest.mark.live, postgres_only.LIVE_STACK]
 
 
 def accept(**content):

@@ -8,9 +8,10 @@ import secrets
 
 import pytest
 
+from tests.support import postgres_only
 from tests.support.rpc import HttpRpc
 
-pytestmark = pytest.mark.live
+pytestmark = [pytest.mark.live, postgres_only.LIVE_STACK]
 
 
 @pytest.fixture(scope="module")

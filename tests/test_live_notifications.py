@@ -17,10 +17,11 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.support import postgres_only
 from tests.support.rpc import FULL_CAPS, NO_CAPS, HttpRpc, build_headers, build_meta
 from tests.support.schemas import TASKS, assert_valid
 
-pytestmark = pytest.mark.live
+pytestmark = [pytest.mark.live, postgres_only.LIVE_STACK]
 
 SUBSCRIPTION_ID = "io.modelcontextprotocol/subscriptionId"
 _ids = itertools.count(9000)

@@ -16,7 +16,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-pytestmark = pytest.mark.live
+from tests.support import postgres_only
+
+pytestmark = [pytest.mark.live, postgres_only.LIVE_STACK]
 
 TERMINAL = ("completed", "failed", "cancelled")
 

@@ -16,9 +16,10 @@ import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
+from tests.support import postgres_only
 from tests.support.sdk_tasks import TASKS_EXT, TasksExtension, cancel_task, get_task
 
-pytestmark = pytest.mark.live
+pytestmark = [pytest.mark.live, postgres_only.LIVE_STACK]
 
 
 def run(coro_fn, *args: Any) -> Any:

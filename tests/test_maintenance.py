@@ -1,4 +1,4 @@
-"""The sweeper (lost runs) and the purge (expired tasks), on Postgres."""
+"""The sweeper (lost runs) and the purge (expired tasks)."""
 
 from __future__ import annotations
 
@@ -244,7 +244,11 @@ BULK = 20_000
 
 
 def bulk_insert_expired(count: int) -> None:
-    """``count`` expired completed tasks, two events each, in three statements."""
+    """``count`` expired completed tasks, two events each, in three statements
+    (on SQLite, which has no generate_series: the same rows through the ORM)."""
+    if connection.vendor != "postgresql":
+        bulk_create_expired(count)
+        return
     with connection.cursor() as cursor:
         cursor.execute(
             """
@@ -267,6 +271,38 @@ def bulk_insert_expired(count: int) -> None:
             WHERE t.owner = 'bulk'
             """
         )
+
+
+def bulk_create_expired(count: int) -> None:
+    """What ``bulk_insert_expired``'s statements insert, row for row."""
+    now = timezone.now()
+    made = now - timedelta(hours=2)
+    Task.objects.bulk_create(
+        (
+            Task(
+                id=f"bulk-{g}",
+                owner="bulk",
+                tool_name="slow_compute",
+                status=TaskStatus.COMPLETED,
+                result={"content": [], "isError": False},
+                created_at=made,
+                updated_at=made,
+                ttl_ms=3_600_000,
+                expires_at=now - timedelta(hours=1, milliseconds=g),
+                attempts=1,
+            )
+            for g in range(1, count + 1)
+        ),
+        batch_size=2_000,
+    )
+    TaskEvent.objects.bulk_create(
+        (
+            TaskEvent(task_id=f"bulk-{g}", at=made, kind=kind, from_status=source, to_status=target, actor="system")
+            for g in range(1, count + 1)
+            for kind, source, target in (("created", "", "working"), ("transition", "working", "completed"))
+        ),
+        batch_size=2_000,
+    )
 
 
 def test_purge_a_large_backlog():

@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from mcptasks import lifecycle
 from mcptasks.models import TERMINAL_STATUSES, InputRequest, InputRequestState, Task, TaskEvent, TaskStatus
+from tests.support import postgres_only
 from tests.support.factories import WORKER, accept, running_task, waiting_task
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("transition_paths")]
@@ -271,6 +272,7 @@ def test_one_key_answered_from_many_threads_is_applied_once():
         assert check_history(task_id)[-1] == ("input_required", "working")
 
 
+@postgres_only.ROW_LOCKS
 def test_sweeper_does_not_fail_a_run_whose_lease_was_renewed_meanwhile(settings):
     """The sweeper decides from a snapshot (lease lapsed, attempts used up),
     then fails the task. If the run's heartbeat lands in between, the run is

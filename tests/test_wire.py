@@ -309,6 +309,16 @@ def test_create_task_result_is_flat_and_durable(rpc):
     assert got.result["status"] == "working"
 
 
+@pytest.mark.parametrize("zone", ["UTC", "America/New_York", "Asia/Kolkata"])
+def test_tasks_get_states_the_times_the_task_was_created_with(rpc, settings, zone):
+    """Whatever the site's TIME_ZONE (the process's local time follows it),
+    ``tasks/get`` reports the instants the creation reported."""
+    settings.TIME_ZONE = zone
+    created = rpc.call_tool("slow_compute", {"seconds": 30, "label": "zone"}, capabilities=TASKS_CAPS).result
+    got = rpc.tasks_get(created["taskId"], capabilities=TASKS_CAPS).result
+    assert (got["createdAt"], got["lastUpdatedAt"]) == (created["createdAt"], created["lastUpdatedAt"])
+
+
 def test_optional_task_tool_runs_inline_without_the_extension(rpc):
     reply = rpc.call_tool("slow_compute", {"seconds": 0, "label": "sync"}, capabilities=NO_CAPS)
     assert reply.status == 200

@@ -17,9 +17,10 @@ from typing import Any
 import pytest
 
 from tests.browser.conftest import ADMIN_PASSWORD, ADMIN_USER, AdminSite, artifacts_dir
+from tests.support import postgres_only
 from tests.support.rpc import HttpRpc
 
-pytestmark = pytest.mark.live
+pytestmark = [pytest.mark.live, postgres_only.LIVE_STACK]
 
 
 def wait_until(check: Any, *, timeout: float = 30, interval: float = 0.1, what: str = "condition") -> Any:

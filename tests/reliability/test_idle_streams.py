@@ -19,9 +19,10 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.support import postgres_only
 from tests.support.rpc import TASKS_CAPS, HttpRpc, build_headers, build_meta
 
-pytestmark = pytest.mark.live
+pytestmark = [pytest.mark.live, postgres_only.CHAOS]
 
 #: Longer than the Redis client's default read timeout (5 s).
 QUIET_SECONDS = 8.0

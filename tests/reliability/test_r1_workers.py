@@ -28,8 +28,9 @@ from tests.reliability import audit
 from tests.reliability.fixtures import FORMS, record_figures
 from tests.reliability.load import Load
 from tests.reliability.stack import CHAOS_SETTINGS, wait_until
+from tests.support import postgres_only
 
-pytestmark = pytest.mark.live
+pytestmark = [pytest.mark.live, postgres_only.CHAOS]
 
 FORM = {
     "short": {"tasks": 200, "kill_every": 2.0, "workers": 2, "concurrency": 3, "rate": 20.0, "max_seconds": 0.4},

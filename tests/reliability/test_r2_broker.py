@@ -34,8 +34,9 @@ from tests.reliability import audit
 from tests.reliability.fixtures import FORMS, record_figures
 from tests.reliability.load import Load
 from tests.reliability.stack import wait_until
+from tests.support import postgres_only
 
-pytestmark = pytest.mark.live
+pytestmark = [pytest.mark.live, postgres_only.CHAOS]
 
 FORM = {
     "short": {"before": 4.0, "outage": 8.0, "after": 4.0, "rate": 10.0},

@@ -27,8 +27,9 @@ from tests.reliability import audit
 from tests.reliability.fixtures import FORMS, record_figures
 from tests.reliability.load import Load
 from tests.reliability.stack import wait_until
+from tests.support import postgres_only
 
-pytestmark = pytest.mark.live
+pytestmark = [pytest.mark.live, postgres_only.CHAOS]
 
 FORM = {
     "short": {"before": 4.0, "outage": 5.0, "after": 6.0, "restarts": 1},

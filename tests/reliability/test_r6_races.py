@@ -39,9 +39,10 @@ import pytest
 from tests.reliability import audit
 from tests.reliability.fixtures import FORMS, record_figures
 from tests.reliability.stack import wait_until
+from tests.support import postgres_only
 from tests.support.rpc import HttpRpc
 
-pytestmark = pytest.mark.live
+pytestmark = [pytest.mark.live, postgres_only.CHAOS]
 
 FORM = {
     "short": {"answer_tasks": 24, "cancel_tasks": 24, "racers": 4, "threads": 12},

@@ -1,0 +1,37 @@
+"""Why a test needs Postgres: one ``postgres_only`` mark per reason.
+
+Tests carrying one of these run on Postgres and are skipped, with the
+reason, in the SQLite pass (tests/conftest.py). docs/embedded-default.md
+lists them by reason; keep the two in step.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+#: uvicorn and separate Celery worker processes on Redis and Postgres.
+LIVE_STACK = pytest.mark.postgres_only(
+    reason="the live stack: uvicorn and separate Celery worker processes on Redis and Postgres"
+)
+
+#: Private Postgres and Redis servers, several processes, load, kills and restarts.
+CHAOS = pytest.mark.postgres_only(
+    reason="a multi-process stack on private Postgres and Redis servers (reliability, fuzzing, isolation)"
+)
+
+#: lifecycle's claim and finish as one data-modifying CTE each.
+SINGLE_STATEMENT = pytest.mark.postgres_only(reason="lifecycle's single-statement transitions are raw Postgres SQL")
+
+#: A test that watches one transaction wait on another's row lock.
+ROW_LOCKS = pytest.mark.postgres_only(
+    reason="row locks (SELECT ... FOR UPDATE), with the waiter seen in pg_stat_activity"
+)
+
+#: Two transactions writing at the same time.
+CONCURRENT_WRITERS = pytest.mark.postgres_only(reason="concurrent writers: SQLite lets one transaction write at a time")
+
+#: A connection ended by the server (pg_terminate_backend), as a restart does.
+SERVER_ENDED_CONNECTION = pytest.mark.postgres_only(reason="pg_terminate_backend ends the connection under the job")
+
+#: Postgres's planner: EXPLAIN output, partial indexes, pg_class's row estimate.
+PLANNER = pytest.mark.postgres_only(reason="Postgres's planner: EXPLAIN plans and pg_class row estimates")
