@@ -36,7 +36,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
 
-from tests.support import live
+from tests.support import live, postgres_only
 from tests.support.sdk_tasks import TasksExtension
 
 README = live.REPO / "README.md"
@@ -385,6 +385,7 @@ def drive_a_task(site: RunningSite) -> tuple[types.CallToolResult, TasksExtensio
 
 
 @pytest.mark.live
+@postgres_only.BOTH_SETUPS_ALREADY
 @pytest.mark.parametrize("case", ["postgres-redis", "embedded"])
 def test_a_startproject_site_follows_the_readme_and_serves_a_task(newcomer: Newcomer, tmp_path: Path, case: str):
     unique = uuid.uuid4().hex[:10]

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import live
+from tests.support import live, postgres_only
 from tests.support.rpc import HttpRpc
 
-pytestmark = [pytest.mark.live]
+pytestmark = [pytest.mark.live, postgres_only.BOTH_SETUPS_ALREADY]
 
 
 def checkout_files(repo: Path) -> list[str]:

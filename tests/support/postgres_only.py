@@ -35,3 +35,9 @@ SERVER_ENDED_CONNECTION = pytest.mark.postgres_only(reason="pg_terminate_backend
 
 #: Postgres's planner: EXPLAIN output, partial indexes, pg_class's row estimate.
 PLANNER = pytest.mark.postgres_only(reason="Postgres's planner: EXPLAIN plans and pg_class row estimates")
+
+#: A test that builds its own virtualenvs and runs both setups itself; the
+#: suite's database plays no part in it, so a second pass would only repeat it.
+BOTH_SETUPS_ALREADY = pytest.mark.postgres_only(
+    reason="it builds its own venv and runs both setups itself (Postgres + Redis and the embedded default)"
+)
