@@ -91,7 +91,7 @@ def django_db_setup(django_db_setup: Any, django_db_blocker: Any) -> Iterator[No
 def transition_paths(request: Any, monkeypatch: pytest.MonkeyPatch) -> str:
     """Run the test once on each way ``lifecycle`` claims and finishes a run:
     Postgres's single statements, and the ORM path other databases take."""
-    from mcptasks import lifecycle
+    from mcptasks.tasks import lifecycle
 
     if request.param == "orm":
         monkeypatch.setattr(lifecycle, "_single_statement_transitions", lambda: False)

@@ -16,10 +16,11 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from mcptasks import ToolContext, lifecycle
-from mcptasks.execution import run_task
+from mcptasks import ToolContext
 from mcptasks.models import InputRequest, InputRequestState, Task, TaskEvent, TaskStatus
-from mcptasks.registry import registry, tool
+from mcptasks.tasks import lifecycle
+from mcptasks.tools.registry import registry, tool
+from mcptasks.worker.execution import run_task
 from tests.support.factories import accept, make_task, terminal_transitions, transitions
 from tests.support.rpc import FULL_CAPS, TASKS_CAPS
 

@@ -33,9 +33,9 @@ from typing import Any
 import pytest
 from django.core.cache import caches
 
-from mcptasks import lifecycle
-from mcptasks.limits import throttle_cache
 from mcptasks.models import InputRequest, InputRequestState, Task, TaskStatus
+from mcptasks.protocol.limits import throttle_cache
+from mcptasks.tasks import lifecycle
 from tests.reliability.fixtures import private_services  # noqa: F401 (a fixture, for the live tests)
 from tests.support.factories import accept, running_task, waiting_task
 from tests.support.rpc import PROTOCOL_VERSION, TASKS_CAPS, DjangoRpc, build_headers, build_meta
@@ -517,7 +517,7 @@ def test_default_ttl_is_clamped_to_the_maximum(rpc, limit):
 
 
 def test_a_tools_ttl_is_clamped_to_the_maximum(rpc, limit):
-    from mcptasks.registry import registry, tool
+    from mcptasks.tools.registry import registry, tool
 
     limit(MAX_TTL_MS=60_000)
 

@@ -10,8 +10,8 @@ from django.core.management import call_command
 from django.db import connection
 from django.utils import timezone
 
-from mcptasks import lifecycle
 from mcptasks.models import InputRequest, Task, TaskEvent, TaskStatus
+from mcptasks.tasks import lifecycle
 from tests.support.factories import (
     WORKER,
     completed_task,
@@ -220,7 +220,7 @@ def test_purge_works_in_batches():
 def test_purge_pauses_between_full_batches(monkeypatch, settings):
     """A long purge leaves the database to the requests between batches; a
     batch that found the last rows ends it without a pause."""
-    from mcptasks import lifecycle as module
+    from mcptasks.tasks import lifecycle as module
 
     settings.MCPTASKS = {**settings.MCPTASKS, "PURGE_PAUSE_SECONDS": 0.25}
     pauses: list[float] = []

@@ -24,9 +24,10 @@ import os
 import time
 from typing import Any
 
-from mcptasks import notify, signals
+from mcptasks import signals
 from mcptasks.models import Task
-from mcptasks.wire.modern import iso
+from mcptasks.notify import fabric as notify
+from mcptasks.protocol.modern.handlers import iso
 
 _fd: dict[int, int] = {}
 

@@ -18,10 +18,10 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import Count, Min
 from django.utils import timezone
 
-from mcptasks import lifecycle
 from mcptasks.conf import settings
 from mcptasks.models import ACTIVE_STATUSES, TERMINAL_STATUSES, InputRequestState, Task, TaskStatus
-from mcptasks.wire.modern import detailed_task
+from mcptasks.protocol.modern.handlers import detailed_task
+from mcptasks.tasks import lifecycle
 
 #: Task ids are URL-safe base64 and so may start with "-", which argparse
 #: would take for an option.
@@ -88,7 +88,7 @@ class Command(BaseCommand):
         return task
 
     def do_run(self, *, host: str, port: int, concurrency: int, pool: str, asgi: str, **_: Any) -> None:
-        from mcptasks.runner import run
+        from mcptasks.worker.runner import run
 
         run(host=host, port=port, concurrency=concurrency, pool=pool, asgi_app=asgi)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from .models import TERMINAL_STATUSES, Task
+from ..models import TERMINAL_STATUSES, Task
 
 
 def wait_for_terminal(task_id: str, timeout: float, *, interval: float = 0.02) -> Task | None:

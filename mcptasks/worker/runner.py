@@ -18,7 +18,7 @@ from typing import Any
 
 from django.conf import settings as django_settings
 
-from .conf import settings as mcp_settings
+from ..conf import settings as mcp_settings
 
 logger = logging.getLogger("mcptasks.runner")
 
@@ -80,7 +80,7 @@ def graceful_server_class() -> type:
         uvicorn stops waiting for connections to drain."""
 
         def handle_exit(self, sig: int, frame: Any) -> None:
-            from .notify import begin_shutdown
+            from ..notify.fabric import begin_shutdown
 
             begin_shutdown()
             super().handle_exit(sig, frame)

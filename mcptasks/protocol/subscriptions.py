@@ -13,9 +13,9 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 
-from .. import notify
 from ..conf import settings
 from ..models import Task
+from ..notify import fabric as notify
 from .jsonrpc import RequestId
 
 META_SUBSCRIPTION_ID = "io.modelcontextprotocol/subscriptionId"
@@ -27,7 +27,7 @@ def _notification(method: str, params: dict[str, Any], subscription_id: RequestI
 
 
 def _current_snapshots(task_ids: list[str]) -> list[dict[str, Any]]:
-    from .modern import detailed_task
+    from .modern.handlers import detailed_task
 
     tasks = {t.id: t for t in Task.objects.filter(pk__in=task_ids)}
     return [

@@ -25,7 +25,7 @@ Notify = Callable[[str, dict[str, Any]], None]
 
 
 def sse_event(message: dict[str, Any]) -> bytes:
-    from ..views import encode_json
+    from ..web.views import encode_json
 
     return b"data: " + encode_json(message) + b"\n\n"
 

@@ -10,7 +10,8 @@ from typing import Any, TypeVar
 from celery import shared_task
 from django.db import close_old_connections, connections
 
-from . import execution, lifecycle
+from ..tasks import lifecycle
+from . import execution
 
 Job = TypeVar("Job", bound=Callable[..., Any])
 

@@ -33,13 +33,13 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.db import close_old_connections, connection, connections
 
-from .. import notify
-from ..conf import settings
-from ..errors import INTERNAL_ERROR, INVALID_REQUEST, InputNeeded, ProtocolError, TaskCancelled
-from ..models import InputRequest, InputRequestState, LegacySession, Task
-from . import jsonrpc
-from .legacy_sessions import call_group, call_token, related, session_group
-from .subscriptions import TaskOrder
+from ...conf import settings
+from ...errors import INTERNAL_ERROR, INVALID_REQUEST, InputNeeded, ProtocolError, TaskCancelled
+from ...models import InputRequest, InputRequestState, LegacySession, Task
+from ...notify import fabric as notify
+from .. import jsonrpc
+from ..subscriptions import TaskOrder
+from .sessions import call_group, call_token, related, session_group
 
 logger = logging.getLogger("mcptasks.legacy")
 
@@ -186,7 +186,7 @@ def release_request_thread() -> None:
 async def db(fn: Callable[..., Any], *args: Any) -> Any:
     """Run ORM code from a stream: on the endpoint's fixed pool of threads
     (none of its own per stream), on a connection checked before and after use."""
-    from ..views import worker_threads
+    from ...web.views import worker_threads
 
     def call() -> Any:
         close_old_connections()

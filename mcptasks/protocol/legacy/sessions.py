@@ -20,10 +20,11 @@ from typing import Any
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from .. import notify, signals
-from ..identity import Caller
-from ..models import ACTIVE_STATUSES, Era, LegacySession, LegacyTask, Task, TaskStatus
-from .modern import iso
+from ... import signals
+from ...models import ACTIVE_STATUSES, Era, LegacySession, LegacyTask, Task, TaskStatus
+from ...notify import fabric as notify
+from ...web.identity import Caller
+from ..modern.handlers import iso
 
 #: A session unused for this long is over (its client must initialize again).
 SESSION_IDLE_TIMEOUT = timedelta(hours=24)

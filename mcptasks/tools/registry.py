@@ -31,9 +31,9 @@ from typing import Any, Literal, get_type_hints
 
 import pydantic
 
-from . import signals
+from .. import signals
+from ..errors import InvalidParams
 from .context import ToolContext
-from .errors import InvalidParams
 
 TaskMode = Literal["never", "optional", "required", "auto"]
 TASK_MODES: tuple[str, ...] = ("never", "optional", "required", "auto")

@@ -18,10 +18,8 @@ from typing import Any
 
 from django.core import signing
 
-from .. import lifecycle, limits
-from ..conf import settings
-from ..context import ToolContext
-from ..errors import (
+from ...conf import settings
+from ...errors import (
     HEADER_MISMATCH,
     INTERNAL_ERROR,
     INVALID_REQUEST,
@@ -38,14 +36,17 @@ from ..errors import (
     TaskNotFound,
     missing_tasks_extension,
 )
-from ..execution import invoke
-from ..identity import Caller
-from ..models import Era, InputRequest, InputRequestState, Task, TaskStatus
-from ..registry import Tool, registry
-from ..waiting import wait_for_terminal
-from .jsonrpc import Message
-from .streaming import Deferred, Stream, threaded_call
-from .subscriptions import listen_stream
+from ...models import Era, InputRequest, InputRequestState, Task, TaskStatus
+from ...tasks import lifecycle
+from ...tasks.waiting import wait_for_terminal
+from ...tools.context import ToolContext
+from ...tools.registry import Tool, registry
+from ...web.identity import Caller
+from ...worker.execution import invoke
+from .. import limits
+from ..jsonrpc import Message
+from ..streaming import Deferred, Stream, threaded_call
+from ..subscriptions import listen_stream
 
 PROTOCOL_VERSION = "2026-07-28"
 MODERN_VERSIONS = (PROTOCOL_VERSION,)

@@ -23,13 +23,14 @@ from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.http.request import validate_host
 from django.views.decorators.csrf import csrf_exempt
 
-from . import limits
-from .conf import settings
-from .errors import INTERNAL_ERROR, INVALID_REQUEST, ProtocolError
+from ..conf import settings
+from ..errors import INTERNAL_ERROR, INVALID_REQUEST, ProtocolError
+from ..protocol import jsonrpc, limits
+from ..protocol.legacy import handlers as legacy
+from ..protocol.limits import RateLimited
+from ..protocol.modern import handlers as modern
+from ..protocol.streaming import SSE_HEADERS, Deferred, Stream
 from .identity import Caller, NotAuthenticated, identify
-from .limits import RateLimited
-from .wire import jsonrpc, legacy, modern
-from .wire.streaming import SSE_HEADERS, Deferred, Stream
 
 logger = logging.getLogger("mcptasks.views")
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import HandOff, InputNeeded, InvalidParams, MissingCapability, TaskCancelled
+from ..errors import HandOff, InputNeeded, InvalidParams, MissingCapability, TaskCancelled
 
 LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 

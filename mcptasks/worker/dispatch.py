@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 
-from .conf import settings
+from ..conf import settings
 
 logger = logging.getLogger("mcptasks.runtime")
 

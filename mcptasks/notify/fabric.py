@@ -21,7 +21,7 @@ from typing import Any
 
 from channels.layers import get_channel_layer
 
-from .conf import settings
+from ..conf import settings
 
 logger = logging.getLogger("mcptasks.notify")
 

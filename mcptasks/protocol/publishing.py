@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import notify, signals
-from .models import Task
-from .wire.modern import detailed_task
+from .. import signals
+from ..models import Task
+from ..notify import fabric as notify
+from .modern.handlers import detailed_task
 
 
 def publish_task_change(

@@ -20,8 +20,8 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 from rest_framework.throttling import SimpleRateThrottle
 
-from .conf import settings
-from .errors import INVALID_REQUEST, ProtocolError
+from ..conf import settings
+from ..errors import INVALID_REQUEST, ProtocolError
 
 logger = logging.getLogger("mcptasks.limits")
 
@@ -70,7 +70,7 @@ def check_size(value: Any, limit: int | None, what: str) -> None:
     """``value`` (arguments, answers) must fit ``limit`` once encoded, and be
     storable: no NUL character (Postgres text cannot hold one) and no lone
     surrogate (not Unicode). -32602 otherwise."""
-    from .errors import InvalidParams
+    from ..errors import InvalidParams
 
     text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
     if _ESCAPED_NUL.search(text):

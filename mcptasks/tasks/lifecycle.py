@@ -26,10 +26,9 @@ from django.db import connection, models, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from . import signals
-from .conf import settings
-from .context import validate_input_response
-from .models import (
+from .. import signals
+from ..conf import settings
+from ..models import (
     ACTIVE_STATUSES,
     TERMINAL_STATUSES,
     Era,
@@ -39,6 +38,7 @@ from .models import (
     TaskEvent,
     TaskStatus,
 )
+from ..tools.context import validate_input_response
 
 logger = logging.getLogger("mcptasks.lifecycle")
 
@@ -137,7 +137,7 @@ def _record(
 
 
 def _enqueue_after_commit(task_id: str) -> None:
-    from . import runtime
+    from ..worker import dispatch as runtime
 
     transaction.on_commit(lambda: runtime.enqueue_run(task_id))
 
@@ -719,7 +719,7 @@ def sweep(*, dry_run: bool = False, limit: int = 500) -> SweepReport:
       grace doubles with each re-enqueue since the task last started a run
       (see ``_unclaimed_due``), so a backlog is not re-enqueued at every sweep.
     """
-    from . import runtime
+    from ..worker import dispatch as runtime
 
     now = timezone.now()
     report = SweepReport()
@@ -890,7 +890,7 @@ def retry_refusal(task: Task) -> str | None:
     ``readOnlyHint`` or ``idempotentHint``). A tool run may have been cut off
     half way; only such a tool can be started over blindly.
     """
-    from .registry import registry
+    from ..tools.registry import registry
 
     if task.status not in RETRYABLE_STATUSES:
         return f"it is {task.status}"

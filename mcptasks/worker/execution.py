@@ -21,21 +21,13 @@ from typing import Any
 
 from django.db import close_old_connections, connection
 
-from . import lifecycle
-from .conf import settings
-from .context import ToolContext
-from .errors import (
-    INTERNAL_ERROR,
-    HandOff,
-    InputNeeded,
-    InvalidParams,
-    ProtocolError,
-    TaskCancelled,
-    ToolError,
-)
-from .models import Era, Task, TaskStatus
-from .registry import Tool, registry
-from .results import error_result, to_call_result
+from ..conf import settings
+from ..errors import INTERNAL_ERROR, HandOff, InputNeeded, InvalidParams, ProtocolError, TaskCancelled, ToolError
+from ..models import Era, Task, TaskStatus
+from ..tasks import lifecycle
+from ..tools.context import ToolContext
+from ..tools.registry import Tool, registry
+from ..tools.results import error_result, to_call_result
 
 logger = logging.getLogger("mcptasks.execution")
 

@@ -28,10 +28,8 @@ from django.core import signing
 from django.db import DatabaseError, transaction
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 
-from .. import lifecycle, limits
-from ..conf import settings
-from ..context import LOG_LEVELS, ToolContext, validate_input_response
-from ..errors import (
+from ...conf import settings
+from ...errors import (
     INTERNAL_ERROR,
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
@@ -40,13 +38,18 @@ from ..errors import (
     ProtocolError,
     TaskNotFound,
 )
-from ..execution import invoke
-from ..identity import Caller
-from ..models import Era, InputRequest, InputRequestState, LegacySession, Task, TaskStatus
-from ..registry import Tool, registry
-from . import jsonrpc, legacy_sessions, legacy_streams, modern
-from .legacy_sessions import related, task_object
-from .streaming import SSE_HEADERS, Stream
+from ...models import Era, InputRequest, InputRequestState, LegacySession, Task, TaskStatus
+from ...tasks import lifecycle
+from ...tools.context import LOG_LEVELS, ToolContext, validate_input_response
+from ...tools.registry import Tool, registry
+from ...web.identity import Caller
+from ...worker.execution import invoke
+from .. import jsonrpc, limits
+from ..modern import handlers as modern
+from ..streaming import SSE_HEADERS, Stream
+from . import sessions as legacy_sessions
+from . import streams as legacy_streams
+from .sessions import related, task_object
 
 logger = logging.getLogger("mcptasks.legacy")
 
@@ -72,7 +75,7 @@ _TOKEN = re.compile(r"[0-9a-f]{32}")
 
 
 def _json(body: dict[str, Any] | None, status: int = 200, headers: dict[str, str] | None = None) -> HttpResponse:
-    from ..views import json_response
+    from ...web.views import json_response
 
     return json_response(body, status=status, headers=headers)
 
