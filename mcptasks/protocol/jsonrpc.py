@@ -22,13 +22,14 @@ class Message:
     raw: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass
-class Reply:
-    """What goes back over HTTP: a status, a JSON body (or none), headers."""
-
-    status: int
-    body: dict[str, Any] | None = None
-    headers: dict[str, str] = field(default_factory=dict)
+def encode_json(body: Any) -> bytes:
+    """Compact one-line UTF-8 JSON; a lone surrogate the client sent (legal
+    JSON syntax, no Unicode meaning) is echoed as its escape, not a crash."""
+    text = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        return json.dumps(body, separators=(",", ":")).encode()
 
 
 def result(request_id: RequestId | None, value: dict[str, Any]) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from typing import Any
 from .. import signals
 from ..models import Task
 from ..notify import fabric as notify
-from .modern.handlers import detailed_task
+from .shapes import change_stamp, detailed_task
 
 
 def publish_task_change(
@@ -29,8 +29,7 @@ def publish_task_change(
             "kind": kind,
             "task": detailed_task(task, pending_inputs),
             "era": task.era,
-            # Microseconds since the epoch: orders the changes of one task.
-            "at": int(task.updated_at.timestamp() * 1_000_000),
+            "at": change_stamp(task),
         },
     )
 

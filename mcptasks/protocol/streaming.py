@@ -18,6 +18,7 @@ from django.db import connection
 
 from ..errors import INTERNAL_ERROR, ProtocolError
 from . import jsonrpc
+from .jsonrpc import encode_json
 
 logger = logging.getLogger("mcptasks.streaming")
 
@@ -25,8 +26,6 @@ Notify = Callable[[str, dict[str, Any]], None]
 
 
 def sse_event(message: dict[str, Any]) -> bytes:
-    from ..web.views import encode_json
-
     return b"data: " + encode_json(message) + b"\n\n"
 
 

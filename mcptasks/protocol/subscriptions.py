@@ -17,6 +17,7 @@ from ..conf import settings
 from ..models import Task
 from ..notify import fabric as notify
 from .jsonrpc import RequestId
+from .shapes import change_stamp, detailed_task
 
 META_SUBSCRIPTION_ID = "io.modelcontextprotocol/subscriptionId"
 
@@ -27,14 +28,8 @@ def _notification(method: str, params: dict[str, Any], subscription_id: RequestI
 
 
 def _current_snapshots(task_ids: list[str]) -> list[dict[str, Any]]:
-    from .modern.handlers import detailed_task
-
     tasks = {t.id: t for t in Task.objects.filter(pk__in=task_ids)}
-    return [
-        {"task": detailed_task(tasks[tid]), "at": int(tasks[tid].updated_at.timestamp() * 1_000_000)}
-        for tid in task_ids
-        if tid in tasks
-    ]
+    return [{"task": detailed_task(tasks[tid]), "at": change_stamp(tasks[tid])} for tid in task_ids if tid in tasks]
 
 
 class TaskOrder:

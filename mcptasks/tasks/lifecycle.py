@@ -39,6 +39,9 @@ from ..models import (
     TaskStatus,
 )
 from ..tools.context import validate_input_response
+from ..tools.registry import registry
+from . import dispatch
+from .inputs import pending_inputs
 
 logger = logging.getLogger("mcptasks.lifecycle")
 
@@ -65,12 +68,7 @@ def _snapshot(task_id: str) -> tuple[Task | None, dict[str, Any] | None]:
     task = Task.objects.filter(pk=task_id).first()
     pending = None
     if task is not None and task.status == TaskStatus.INPUT_REQUIRED:
-        pending = {
-            key: {"method": method, "params": params}
-            for key, method, params in InputRequest.objects.filter(
-                task_id=task_id, state=InputRequestState.PENDING
-            ).values_list("key", "method", "params")
-        }
+        pending = pending_inputs(task_id)
     return task, pending
 
 
@@ -137,9 +135,7 @@ def _record(
 
 
 def _enqueue_after_commit(task_id: str) -> None:
-    from ..worker import dispatch as runtime
-
-    transaction.on_commit(lambda: runtime.enqueue_run(task_id))
+    transaction.on_commit(lambda: dispatch.enqueue_run(task_id))
 
 
 # Creation -------------------------------------------------------------------
@@ -551,10 +547,6 @@ def release(task_id: str, *, worker: str) -> None:
     )
 
 
-def mark_dispatched(task_id: str) -> None:
-    Task.objects.filter(pk=task_id, status=TaskStatus.WORKING).update(dispatched_at=timezone.now())
-
-
 # Single-statement paths (Postgres) ------------------------------------------------
 #
 # A run's claim and its finish are the worker's hot path. On Postgres each is
@@ -719,8 +711,6 @@ def sweep(*, dry_run: bool = False, limit: int = 500) -> SweepReport:
       grace doubles with each re-enqueue since the task last started a run
       (see ``_unclaimed_due``), so a backlog is not re-enqueued at every sweep.
     """
-    from ..worker import dispatch as runtime
-
     now = timezone.now()
     report = SweepReport()
     lapsed = list(
@@ -751,7 +741,7 @@ def sweep(*, dry_run: bool = False, limit: int = 500) -> SweepReport:
             )
             if moved:
                 _record(task_id, "redispatched", SYSTEM, now=now, detail={"attempts": attempts})
-                transaction.on_commit(lambda tid=task_id: runtime.enqueue_run(tid))
+                transaction.on_commit(lambda tid=task_id: dispatch.enqueue_run(tid))
     return report
 
 
@@ -890,8 +880,6 @@ def retry_refusal(task: Task) -> str | None:
     ``readOnlyHint`` or ``idempotentHint``). A tool run may have been cut off
     half way; only such a tool can be started over blindly.
     """
-    from ..tools.registry import registry
-
     if task.status not in RETRYABLE_STATUSES:
         return f"it is {task.status}"
     tool = registry.get(task.tool_name)

@@ -5,7 +5,6 @@ A task belongs to the identity that created it; every task method checks it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -16,20 +15,13 @@ from rest_framework.authentication import TokenAuthentication
 from rest_framework.request import Request
 
 from ..conf import settings
+from ..protocol.caller import Caller
 
 
 class BearerTokenAuthentication(TokenAuthentication):
     """DRF tokens sent the way MCP clients send them: ``Authorization: Bearer <key>``."""
 
     keyword = "Bearer"
-
-
-@dataclass(frozen=True)
-class Caller:
-    owner: str
-    user: Any = None
-    auth: Any = None
-    authenticated: bool = False
 
 
 class NotAuthenticated(Exception):

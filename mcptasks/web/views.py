@@ -6,12 +6,9 @@ identifies the caller and hands the message to the wire adapter for its era.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -29,34 +26,14 @@ from ..protocol import jsonrpc, limits
 from ..protocol.legacy import handlers as legacy
 from ..protocol.limits import RateLimited
 from ..protocol.modern import handlers as modern
+from ..protocol.responses import json_response
 from ..protocol.streaming import SSE_HEADERS, Deferred, Stream
+from ..protocol.threads import tool_threads, worker_threads
 from .identity import Caller, NotAuthenticated, identify
 
 logger = logging.getLogger("mcptasks.views")
 
 _LOOPBACK = {"localhost", "127.0.0.1", "[::1]", "::1"}
-
-
-def encode_json(body: Any) -> bytes:
-    """Compact one-line UTF-8 JSON; a lone surrogate the client sent (legal
-    JSON syntax, no Unicode meaning) is echoed as its escape, not a crash."""
-    text = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
-    try:
-        return text.encode()
-    except UnicodeEncodeError:
-        return json.dumps(body, separators=(",", ":")).encode()
-
-
-def json_response(
-    body: dict[str, Any] | None, status: int = 200, headers: dict[str, str] | None = None
-) -> HttpResponse:
-    if body is None:
-        response = HttpResponse(status=status)
-    else:
-        response = HttpResponse(encode_json(body), status=status, content_type="application/json")
-    for name, value in (headers or {}).items():
-        response[name] = value
-    return response
 
 
 def error_response(exc: ProtocolError, request_id: Any = None, status: int = 400) -> HttpResponse:
@@ -129,33 +106,6 @@ def read_body(request: HttpRequest) -> bytes:
     if limit is not None and len(body) > limit:
         raise limits.RequestTooLarge(limit)
     return body
-
-
-_pools: dict[str, ThreadPoolExecutor] = {}
-_pools_lock = threading.Lock()
-
-
-def _pool(name: str, size: int) -> ThreadPoolExecutor:
-    with _pools_lock:
-        if name not in _pools:
-            _pools[name] = ThreadPoolExecutor(max_workers=size, thread_name_prefix=f"mcptasks-{name}")
-        return _pools[name]
-
-
-def worker_threads() -> ThreadPoolExecutor:
-    """A fixed pool of threads for the endpoint's database work.
-
-    Django would otherwise run each request's sync code on a fresh thread
-    under ASGI, so a persistent connection would never be reused; a fixed
-    pool keeps one connection per thread, checked as Django checks them.
-    """
-    return _pool("web", settings.WEB_THREADS)
-
-
-def tool_threads() -> ThreadPoolExecutor:
-    """Threads for tools that run inline, so that slow inline calls never
-    hold the web threads that polls need."""
-    return _pool("tools", settings.INLINE_TOOL_THREADS)
 
 
 @csrf_exempt

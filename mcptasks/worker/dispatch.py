@@ -1,9 +1,9 @@
-"""The runtime seam: how a task run gets to a worker.
+"""How a task run gets to a worker: a Celery message with only the task id.
 
-The domain (``lifecycle``) calls ``enqueue_run`` after commit; only the task id
-travels in the message. A publish that fails (broker down) is logged, not
-raised: the task row is already durable, and the sweeper re-enqueues any
-``working`` task nobody claimed within ``DISPATCH_GRACE_SECONDS``.
+Installed as the domain's sender (``mcptasks.tasks.dispatch``) when the app is
+ready. A publish that fails (broker down) is logged, not raised: the task row
+is already durable, and the sweeper re-enqueues any ``working`` task nobody
+claimed within ``DISPATCH_GRACE_SECONDS``.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 
 from ..conf import settings
+from ..tasks import dispatch
+from .jobs import run_task
 
 logger = logging.getLogger("mcptasks.runtime")
 
@@ -19,8 +21,6 @@ _RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "i
 
 
 def enqueue_run(task_id: str) -> bool:
-    from .jobs import run_task
-
     options = {"queue": settings.CELERY_QUEUE} if settings.CELERY_QUEUE else {}
     try:
         # A short retry: after a broker restart the pooled connection is dead,
@@ -30,3 +30,7 @@ def enqueue_run(task_id: str) -> bool:
         logger.warning("could not enqueue task %s; the sweeper will retry", task_id, exc_info=True)
         return False
     return True
+
+
+def connect() -> None:
+    dispatch.install(enqueue_run)

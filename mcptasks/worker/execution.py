@@ -8,53 +8,25 @@ context learns of a cancel within ``CANCEL_POLL_SECONDS``.
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import logging
 import os
 import socket
 import threading
 import time
 import uuid
-from collections.abc import Mapping
-from typing import Any
 
 from django.db import close_old_connections, connection
 
 from ..conf import settings
-from ..errors import INTERNAL_ERROR, HandOff, InputNeeded, InvalidParams, ProtocolError, TaskCancelled, ToolError
+from ..errors import INTERNAL_ERROR, HandOff, InputNeeded, InvalidParams, ProtocolError, TaskCancelled
 from ..models import Era, Task, TaskStatus
 from ..tasks import lifecycle
 from ..tools.context import ToolContext
-from ..tools.registry import Tool, registry
-from ..tools.results import error_result, to_call_result
+from ..tools.invoke import invoke
+from ..tools.registry import registry
+from ..tools.results import error_result
 
 logger = logging.getLogger("mcptasks.execution")
-
-
-def invoke(tool: Tool, ctx: ToolContext, kwargs: Mapping[str, Any]) -> dict[str, Any]:
-    """Call the tool and return its ``CallToolResult``.
-
-    ``ToolError`` and unexpected exceptions become ``isError`` results (the
-    latter logged with its traceback); ``ProtocolError`` and the control-flow
-    signals propagate.
-    """
-    try:
-        value = tool.fn(ctx, **kwargs) if tool.wants_context else tool.fn(**kwargs)
-        if inspect.isawaitable(value):
-            value = asyncio.run(_await(value))
-    except ToolError as exc:
-        return error_result(exc.message, exc.content)
-    except ProtocolError:
-        raise
-    except Exception as exc:
-        logger.exception("tool %s raised", tool.name, extra={"tool": tool.name, "task_id": ctx.task_id})
-        return error_result(f"Tool '{tool.name}' failed: {type(exc).__name__}: {exc}")
-    return to_call_result(value)
-
-
-async def _await(value: Any) -> Any:
-    return await value
 
 
 # Task runs -----------------------------------------------------------------------

@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from mcptasks.conf import settings
 from mcptasks.models import ACTIVE_STATUSES, TERMINAL_STATUSES, InputRequestState, Task, TaskStatus
-from mcptasks.protocol.modern.handlers import detailed_task
+from mcptasks.protocol.shapes import detailed_task
 from mcptasks.tasks import lifecycle
 
 #: Task ids are URL-safe base64 and so may start with "-", which argparse

@@ -41,11 +41,12 @@ from ...errors import (
 from ...models import Era, InputRequest, InputRequestState, LegacySession, Task, TaskStatus
 from ...tasks import lifecycle
 from ...tools.context import LOG_LEVELS, ToolContext, validate_input_response
+from ...tools.invoke import invoke
 from ...tools.registry import Tool, registry
-from ...web.identity import Caller
-from ...worker.execution import invoke
 from .. import jsonrpc, limits
+from ..caller import Caller
 from ..modern import handlers as modern
+from ..responses import json_response
 from ..streaming import SSE_HEADERS, Stream
 from . import sessions as legacy_sessions
 from . import streams as legacy_streams
@@ -75,8 +76,6 @@ _TOKEN = re.compile(r"[0-9a-f]{32}")
 
 
 def _json(body: dict[str, Any] | None, status: int = 200, headers: dict[str, str] | None = None) -> HttpResponse:
-    from ...web.views import json_response
-
     return json_response(body, status=status, headers=headers)
 
 

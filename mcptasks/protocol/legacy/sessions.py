@@ -23,8 +23,8 @@ from django.utils import timezone
 from ... import signals
 from ...models import ACTIVE_STATUSES, Era, LegacySession, LegacyTask, Task, TaskStatus
 from ...notify import fabric as notify
-from ...web.identity import Caller
-from ..modern.handlers import iso
+from ..caller import Caller
+from ..shapes import change_stamp, iso
 
 #: A session unused for this long is over (its client must initialize again).
 SESSION_IDLE_TIMEOUT = timedelta(hours=24)
@@ -192,7 +192,7 @@ def forward_task_change(
         session_group(session_id),
         {
             "task_id": task_id,
-            "at": int(task.updated_at.timestamp() * 1_000_000),
+            "at": change_stamp(task),
             "notification": {"jsonrpc": "2.0", "method": "notifications/tasks/status", "params": task_object(task)},
         },
     )

@@ -35,10 +35,12 @@ from django.db import close_old_connections, connection, connections
 
 from ...conf import settings
 from ...errors import INTERNAL_ERROR, INVALID_REQUEST, InputNeeded, ProtocolError, TaskCancelled
-from ...models import InputRequest, InputRequestState, LegacySession, Task
+from ...models import LegacySession, Task
 from ...notify import fabric as notify
+from ...tasks.inputs import pending_inputs
 from .. import jsonrpc
 from ..subscriptions import TaskOrder
+from ..threads import worker_threads
 from .sessions import call_group, call_token, related, session_group
 
 logger = logging.getLogger("mcptasks.legacy")
@@ -186,7 +188,6 @@ def release_request_thread() -> None:
 async def db(fn: Callable[..., Any], *args: Any) -> Any:
     """Run ORM code from a stream: on the endpoint's fixed pool of threads
     (none of its own per stream), on a connection checked before and after use."""
-    from ...web.views import worker_threads
 
     def call() -> Any:
         close_old_connections()
@@ -361,11 +362,7 @@ def _task_state(task_id: str) -> tuple[Task, dict[str, Any]] | None:
     task = Task.objects.filter(pk=task_id).first()
     if task is None:
         return None
-    pending: dict[str, Any] = {}
-    if not task.is_terminal:
-        rows = InputRequest.objects.filter(task_id=task_id, state=InputRequestState.PENDING)
-        pending = {key: {"method": m, "params": p} for key, m, p in rows.values_list("key", "method", "params")}
-    return task, pending
+    return task, ({} if task.is_terminal else pending_inputs(task_id))
 
 
 async def task_result_stream(

@@ -13,7 +13,6 @@ import json
 import re
 import threading
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
 from typing import Any
 
 from django.core import signing
@@ -36,15 +35,16 @@ from ...errors import (
     TaskNotFound,
     missing_tasks_extension,
 )
-from ...models import Era, InputRequest, InputRequestState, Task, TaskStatus
+from ...models import Era, Task, TaskStatus
 from ...tasks import lifecycle
 from ...tasks.waiting import wait_for_terminal
 from ...tools.context import ToolContext
+from ...tools.invoke import invoke
 from ...tools.registry import Tool, registry
-from ...web.identity import Caller
-from ...worker.execution import invoke
 from .. import limits
+from ..caller import Caller
 from ..jsonrpc import Message
+from ..shapes import detailed_task, task_fields
 from ..streaming import Deferred, Stream, threaded_call
 from ..subscriptions import listen_stream
 
@@ -57,8 +57,6 @@ META_CLIENT_INFO = "io.modelcontextprotocol/clientInfo"
 META_SERVER_INFO = "io.modelcontextprotocol/serverInfo"
 
 _TASK_METHODS = ("tasks/get", "tasks/update", "tasks/cancel")
-#: Methods of other eras that this wire must answer with -32601.
-_REMOVED_METHODS = ("tasks/result", "tasks/list", "initialize", "ping", "logging/setLevel")
 
 
 class HeaderMismatch(ProtocolError):
@@ -68,15 +66,6 @@ class HeaderMismatch(ProtocolError):
 
 def supported_versions() -> list[str]:
     return list(MODERN_VERSIONS)
-
-
-def is_modern(message: Message) -> bool:
-    meta = message.params.get("_meta")
-    return isinstance(meta, dict) and META_VERSION in meta
-
-
-def iso(dt: datetime) -> str:
-    return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 def server_info() -> dict[str, str]:
@@ -204,40 +193,6 @@ def complete(value: dict[str, Any] | None = None) -> dict[str, Any]:
     meta.setdefault(META_SERVER_INFO, server_info())
     out["_meta"] = meta
     return out
-
-
-def task_fields(task: Task) -> dict[str, Any]:
-    data: dict[str, Any] = {
-        "taskId": task.id,
-        "status": task.status,
-        "createdAt": iso(task.created_at),
-        "lastUpdatedAt": iso(task.updated_at),
-        "ttlMs": task.ttl_ms,
-        "pollIntervalMs": task.poll_interval_ms,
-    }
-    if task.status_message:
-        data["statusMessage"] = task.status_message
-    return data
-
-
-def pending_input_requests(task_id: str) -> dict[str, Any]:
-    rows = InputRequest.objects.filter(task_id=task_id, state=InputRequestState.PENDING).values_list(
-        "key", "method", "params"
-    )
-    return {key: {"method": method, "params": params} for key, method, params in rows}
-
-
-def detailed_task(task: Task, pending: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The DetailedTask for ``task``: what tasks/get and notifications carry.
-    ``pending`` (the outstanding input requests) is read when not given."""
-    data = task_fields(task)
-    if task.status == TaskStatus.INPUT_REQUIRED:
-        data["inputRequests"] = dict(pending) if pending is not None else pending_input_requests(task.id)
-    elif task.status == TaskStatus.COMPLETED:
-        data["result"] = {"resultType": "complete", **(task.result or {})}
-    elif task.status == TaskStatus.FAILED:
-        data["error"] = task.error or {"code": INTERNAL_ERROR, "message": task.status_message or "Task failed"}
-    return data
 
 
 def create_task_result(task: Task) -> dict[str, Any]:
