@@ -89,12 +89,12 @@ def django_db_setup(django_db_setup: Any, django_db_blocker: Any) -> Iterator[No
 
 @pytest.fixture(params=["single-statement", "orm"])
 def transition_paths(request: Any, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Run the test once on each way ``lifecycle`` claims and finishes a run:
+    """Run the test once on each way the domain claims and finishes a run:
     Postgres's single statements, and the ORM path other databases take."""
-    from mcptasks.tasks import lifecycle
+    from mcptasks.tasks import sql
 
     if request.param == "orm":
-        monkeypatch.setattr(lifecycle, "_single_statement_transitions", lambda: False)
+        monkeypatch.setattr(sql, "single_statement", lambda: False)
     return request.param
 
 

@@ -33,6 +33,7 @@ from typing import Any
 import pytest
 from django.core.cache import caches
 
+from mcptasks.conf import settings as mcp_settings
 from mcptasks.models import InputRequest, InputRequestState, Task, TaskStatus
 from mcptasks.protocol.limits import throttle_cache
 from mcptasks.tasks import lifecycle
@@ -534,7 +535,7 @@ def test_a_tools_ttl_is_clamped_to_the_maximum(rpc, limit):
 
 def test_clamp_ttl():
     assert lifecycle.clamp_ttl(None) >= 0
-    assert lifecycle.clamp_ttl(10**15) == lifecycle.settings.MAX_TTL_MS
+    assert lifecycle.clamp_ttl(10**15) == mcp_settings.MAX_TTL_MS
     assert lifecycle.clamp_ttl(-5) == 0
     assert lifecycle.clamp_ttl(1234) == 1234
 

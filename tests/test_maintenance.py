@@ -220,7 +220,7 @@ def test_purge_works_in_batches():
 def test_purge_pauses_between_full_batches(monkeypatch, settings):
     """A long purge leaves the database to the requests between batches; a
     batch that found the last rows ends it without a pause."""
-    from mcptasks.tasks import lifecycle as module
+    from mcptasks.tasks import maintenance as module
 
     settings.MCPTASKS = {**settings.MCPTASKS, "PURGE_PAUSE_SECONDS": 0.25}
     pauses: list[float] = []

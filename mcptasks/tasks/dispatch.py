@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from django.db import transaction
+
 logger = logging.getLogger("mcptasks.runtime")
 
 #: Sends one run of the task; returns whether the message was published.
@@ -31,3 +33,7 @@ def enqueue_run(task_id: str) -> bool:
         logger.warning("no runtime installed to run task %s; the sweeper will retry", task_id)
         return False
     return _sender(task_id)
+
+
+def enqueue_after_commit(task_id: str) -> None:
+    transaction.on_commit(lambda: enqueue_run(task_id))
