@@ -16,7 +16,7 @@ from .events import SYSTEM, EventKind, client_actor, operator_actor, worker_acto
 from .maintenance import REDISPATCH_BACKOFF_MAX_FACTOR, SweepReport, expire_now, purge_expired, sweep
 from .operator import RETRYABLE_STATUSES, audit_logger, note_result_retrieved, retry, retry_refusal
 from .runs import Run, claim, heartbeat, release, set_status_message, start_run
-from .transitions import cancel, complete, fail, request_input, submit_input
+from .transitions import cancel, complete, fail, finish_run, request_input, submit_input
 
 __all__ = [
     "QUOTA_LOCK_MARGIN",
@@ -37,6 +37,7 @@ __all__ = [
     "create_task",
     "expire_now",
     "fail",
+    "finish_run",
     "heartbeat",
     "note_result_retrieved",
     "operator_actor",

@@ -65,14 +65,20 @@ def _transition(
 _CLEAR_LEASE = {"lease_owner": "", "lease_expires_at": None}
 
 
-def complete(task_id: str, result: dict[str, Any], *, worker: str, failed: bool = False, message: str = "") -> bool:
-    """The run finished with a result. Only the run holding the lease may
-    finish the task, so a run that lost its lease cannot overwrite another's.
+def complete(task_id: str, result: dict[str, Any], *, worker: str, message: str = "") -> bool:
+    """The run finished with a result: the task is ``completed``."""
+    return finish_run(task_id, result, worker=worker, to=TaskStatus.COMPLETED, message=message)
 
-    ``failed`` is for the 2025-11-25 era, where an ``isError`` result fails
-    the task (the result is still kept for ``tasks/result``).
+
+def finish_run(task_id: str, result: dict[str, Any], *, worker: str, to: str, message: str = "") -> bool:
+    """The run finished with a result, which leaves the task ``to``
+    (``completed``, or ``failed`` where the protocol era says so; see
+    ``mcptasks.protocol.eras``). The result is kept either way. Only the run
+    holding the lease may finish the task, so a run that lost its lease
+    cannot overwrite another's.
     """
-    to = TaskStatus.FAILED if failed else TaskStatus.COMPLETED
+    if to not in (TaskStatus.COMPLETED, TaskStatus.FAILED):
+        raise ValueError(f"a run cannot finish as {to!r}")
     fields = {"result": result, "status_message": message, **_CLEAR_LEASE}
     if sql.single_statement():
         # From ``working`` only, so the compare-and-set needs no row read

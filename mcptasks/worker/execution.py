@@ -19,7 +19,8 @@ from django.db import close_old_connections, connection
 
 from ..conf import settings
 from ..errors import INTERNAL_ERROR, HandOff, InputNeeded, InvalidParams, ProtocolError, TaskCancelled
-from ..models import Era, Task, TaskStatus
+from ..models import Task, TaskStatus
+from ..protocol import eras
 from ..tasks import lifecycle
 from ..tools.context import ToolContext
 from ..tools.invoke import invoke
@@ -122,6 +123,5 @@ def run_task(task_id: str) -> str:
         return "failed"
     finally:
         monitor.stop()
-    failed = task.era == Era.LEGACY and bool(result.get("isError"))
-    lifecycle.complete(task_id, result, worker=worker, failed=failed)
+    lifecycle.finish_run(task_id, result, worker=worker, to=eras.status_after_result(task.era, result))
     return "completed"
