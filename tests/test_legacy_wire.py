@@ -17,6 +17,7 @@ from rest_framework.authtoken.models import Token
 
 from mcptasks.models import Era, InputRequest, InputRequestState, LegacySession, LegacyTask, Task, TaskStatus
 from mcptasks.protocol.legacy import handlers as legacy
+from mcptasks.protocol.legacy import tasks as legacy_tasks
 from mcptasks.tasks import lifecycle
 from mcptasks.worker.execution import run_task
 from tests.support.legacy import CAPS, RELATED, DjangoLegacy
@@ -278,7 +279,7 @@ def test_cancel_moves_to_cancelled_before_answering(mcp):
 
 
 def test_tasks_list_pages_with_an_opaque_cursor(mcp, monkeypatch):
-    monkeypatch.setattr(legacy, "LIST_PAGE_SIZE", 2)
+    monkeypatch.setattr(legacy_tasks, "LIST_PAGE_SIZE", 2)
     created = [mcp.create_task("slow_compute", {"seconds": 0, "label": str(i)}) for i in range(5)]
     seen, cursors, cursor = [], [], None
     while True:

@@ -26,6 +26,7 @@ from ..protocol import jsonrpc, limits
 from ..protocol.legacy import handlers as legacy
 from ..protocol.limits import RateLimited
 from ..protocol.modern import handlers as modern
+from ..protocol.modern.headers import META_VERSION
 from ..protocol.responses import json_response
 from ..protocol.streaming import SSE_HEADERS, Deferred, Stream
 from ..protocol.threads import tool_threads, worker_threads
@@ -75,7 +76,7 @@ def is_legacy(request: HttpRequest, data: Any) -> bool:
         return header.strip() in legacy.LEGACY_VERSIONS
     params = data.get("params") if isinstance(data, dict) else None
     meta = params.get("_meta") if isinstance(params, dict) else None
-    return not (isinstance(meta, dict) and modern.META_VERSION in meta)
+    return not (isinstance(meta, dict) and META_VERSION in meta)
 
 
 def _authenticated(request: HttpRequest, request_id: Any = None) -> Caller | HttpResponse:

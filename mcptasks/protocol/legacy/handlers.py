@@ -19,12 +19,9 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from django.conf import settings as django_settings
-from django.core import signing
 from django.db import DatabaseError, transaction
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 
@@ -36,9 +33,8 @@ from ...errors import (
     InputNeeded,
     InvalidParams,
     ProtocolError,
-    TaskNotFound,
 )
-from ...models import Era, InputRequest, InputRequestState, LegacySession, Task, TaskStatus
+from ...models import Era, InputRequest, InputRequestState, LegacySession
 from ...tasks import lifecycle
 from ...tools.context import LOG_LEVELS, ToolContext, validate_input_response
 from ...tools.invoke import invoke
@@ -46,29 +42,27 @@ from ...tools.registry import Tool, registry
 from .. import jsonrpc, limits
 from ..caller import Caller
 from ..modern import handlers as modern
+from ..modern.headers import server_info
 from ..responses import json_response
 from ..streaming import SSE_HEADERS, Stream
 from . import sessions as legacy_sessions
 from . import streams as legacy_streams
+from .calls import TASKS_VERSION, Call, Reply, legacy_result
 from .sessions import related, task_object
+from .tasks import cancel_task, get_task, list_tasks, task_result
 
 logger = logging.getLogger("mcptasks.legacy")
 
 #: Newest first: what ``initialize`` negotiates.
 LEGACY_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26")
 LATEST_VERSION = LEGACY_VERSIONS[0]
-#: The only legacy version with tasks.
-TASKS_VERSION = "2025-11-25"
 
 SESSION_HEADER = "Mcp-Session-Id"
 IMMEDIATE_RESPONSE = "io.modelcontextprotocol/model-immediate-response"
 #: 2025-era code for an unknown resource (2026-07-28 uses -32602).
 RESOURCE_NOT_FOUND = -32002
-#: Tasks per ``tasks/list`` page.
-LIST_PAGE_SIZE = 50
 
 _TASK_SUPPORT = {"never": "forbidden", "optional": "optional", "auto": "optional", "required": "required"}
-_CURSOR_SALT = "mcptasks.legacy.tasks_list"
 _TOKEN = re.compile(r"[0-9a-f]{32}")
 
 
@@ -218,7 +212,7 @@ def _initialize(message: jsonrpc.Message, caller: Caller) -> HttpResponse:
     result: dict[str, Any] = {
         "protocolVersion": version,
         "capabilities": server_capabilities(version),
-        "serverInfo": modern.server_info(),
+        "serverInfo": server_info(),
     }
     if settings.INSTRUCTIONS:
         result["instructions"] = settings.INSTRUCTIONS
@@ -273,46 +267,6 @@ def _client_response(data: dict[str, Any], caller: Caller, session: LegacySessio
 # Requests -----------------------------------------------------------------------------------------
 
 
-@dataclass
-class Call:
-    """One request of a session: the handlers' input."""
-
-    message: jsonrpc.Message
-    caller: Caller
-    session: LegacySession
-
-    @property
-    def params(self) -> dict[str, Any]:
-        return self.message.params
-
-    @property
-    def meta(self) -> dict[str, Any]:
-        meta = self.message.params.get("_meta")
-        return meta if isinstance(meta, dict) else {}
-
-    @property
-    def version(self) -> str:
-        return self.session.protocol_version
-
-    @property
-    def tasks_enabled(self) -> bool:
-        return self.version == TASKS_VERSION
-
-    @property
-    def may_ask(self) -> bool:
-        """The server sends the client requests only after ``initialized``."""
-        return self.session.initialized_at is not None
-
-    def modern_request(self, params: dict[str, Any] | None = None) -> modern.Request:
-        """This call as the 2026-07-28 handlers take it (to reuse them)."""
-        body = {k: v for k, v in (self.params if params is None else params).items() if k != "_meta"}
-        message = jsonrpc.Message(method=self.message.method, params=body, id=self.message.id)
-        return modern.Request(message, self.caller, dict(self.session.client_capabilities))
-
-
-Reply = dict[str, Any] | Stream
-
-
 def _reply(call: Call) -> HttpResponse:
     handler = HANDLERS.get(call.message.method)
     if handler is None or (call.message.method in _TASK_METHODS and not call.tasks_enabled):
@@ -321,16 +275,6 @@ def _reply(call: Call) -> HttpResponse:
     if isinstance(reply, Stream):
         return _stream_response(reply)
     return _json(jsonrpc.result(call.message.id, reply))
-
-
-def legacy_result(value: dict[str, Any]) -> dict[str, Any]:
-    """A 2026-07-28 result in 2025 form: no ``resultType``, no caching hints,
-    no ``serverInfo`` in ``_meta``."""
-    out = {k: v for k, v in value.items() if k not in ("resultType", "ttlMs", "cacheScope")}
-    meta = {k: v for k, v in (out.pop("_meta", None) or {}).items() if k != modern.META_SERVER_INFO}
-    if meta:
-        out["_meta"] = meta
-    return out
 
 
 def ping(call: Call) -> Reply:
@@ -539,114 +483,6 @@ def unsubscribe(call: Call) -> Reply:
 
 def complete_argument(call: Call) -> Reply:
     return legacy_result(modern.complete_argument(call.modern_request()))
-
-
-# Tasks (2025-11-25) -------------------------------------------------------------------------------------
-
-
-def _task_for(call: Call) -> Task:
-    task_id = call.params.get("taskId")
-    if not isinstance(task_id, str) or not task_id:
-        raise InvalidParams('"taskId" (a string) is required')
-    task = legacy_sessions.visible_tasks(call.caller, call.session).filter(pk=task_id).first()
-    if task is None:
-        raise TaskNotFound()
-    return task
-
-
-def get_task(call: Call) -> Reply:
-    task = _task_for(call)
-    limits.throttle_poll(call.caller.owner, task.id, task.poll_interval_ms)
-    return task_object(task)
-
-
-def task_outcome(task: Task, *, actor: str) -> dict[str, Any] | ProtocolError:
-    """What ``tasks/result`` gives for a terminal task: exactly what the tool
-    call would have returned (its result, marked with the related task, or
-    its JSON-RPC error). A cancelled call has no result: that is an error."""
-    lifecycle.note_result_retrieved(task, actor=actor)
-    if task.status == TaskStatus.CANCELLED:
-        return ProtocolError(
-            INTERNAL_ERROR,
-            f"The task was cancelled: {task.status_message or 'it has no result'}",
-            {"taskId": task.id, "status": task.status},
-        )
-    if task.result is not None and task.error is None:
-        result = dict(task.result)
-        result["_meta"] = {**(result.get("_meta") or {}), **related(task.id)}
-        return result
-    error = task.error or {}
-    return ProtocolError(
-        error.get("code", INTERNAL_ERROR), error.get("message", task.status_message or "Task failed"), error.get("data")
-    )
-
-
-def task_result(call: Call) -> Reply:
-    task = _task_for(call)
-    actor = lifecycle.client_actor(call.caller.owner)
-    request_id = call.message.id
-    if task.is_terminal:
-        outcome = task_outcome(task, actor=actor)
-        if isinstance(outcome, ProtocolError):
-            raise outcome
-        return outcome
-
-    def final(done: Task) -> dict[str, Any]:
-        outcome = task_outcome(done, actor=actor)
-        if isinstance(outcome, ProtocolError):
-            return jsonrpc.error(request_id, outcome)
-        return jsonrpc.result(request_id, outcome)
-
-    return Stream(
-        legacy_streams.task_result_stream(
-            request_id=request_id,
-            session_id=call.session.pk,
-            task_id=task.id,
-            final=final,
-            may_ask=call.may_ask,
-        )
-    )
-
-
-def _encode_cursor(task: Task) -> str:
-    return signing.dumps([task.created_at.isoformat(), task.id], salt=_CURSOR_SALT)
-
-
-def _decode_cursor(cursor: Any) -> tuple[datetime, str]:
-    try:
-        created, task_id = signing.loads(cursor, salt=_CURSOR_SALT)
-        return datetime.fromisoformat(created), str(task_id)
-    except (signing.BadSignature, TypeError, ValueError):
-        raise InvalidParams("Invalid cursor") from None
-
-
-def list_tasks(call: Call) -> Reply:
-    tasks = legacy_sessions.visible_tasks(call.caller, call.session).order_by("-created_at", "id")
-    cursor = call.params.get("cursor")
-    if cursor is not None:
-        if not isinstance(cursor, str):
-            raise InvalidParams("Invalid cursor")
-        created, task_id = _decode_cursor(cursor)
-        tasks = tasks.filter(created_at__lt=created) | tasks.filter(created_at=created, id__gt=task_id)
-        tasks = tasks.order_by("-created_at", "id")
-    page = list(tasks[: LIST_PAGE_SIZE + 1])
-    result: dict[str, Any] = {"tasks": [task_object(t) for t in page[:LIST_PAGE_SIZE]]}
-    if len(page) > LIST_PAGE_SIZE:
-        result["nextCursor"] = _encode_cursor(page[LIST_PAGE_SIZE - 1])
-    return result
-
-
-def cancel_task(call: Call) -> Reply:
-    """Cancel before answering; a task already finished cannot be (-32602)."""
-    task = _task_for(call)
-    limits.throttle("update", call.caller.owner)
-    if not task.is_terminal:
-        actor = lifecycle.client_actor(call.caller.owner)
-        lifecycle.cancel(task.id, actor=actor, reason="The task was cancelled by request.")
-        task.refresh_from_db()
-        if task.status == TaskStatus.CANCELLED:
-            return task_object(task)
-    raise InvalidParams(f"Cannot cancel task: already in terminal status '{task.status}'")
 
 
 _TASK_METHODS = ("tasks/get", "tasks/result", "tasks/list", "tasks/cancel")

@@ -7,15 +7,9 @@ Sessionless: every request carries its protocol version and capabilities in
 from __future__ import annotations
 
 import base64
-import binascii
-import hashlib
-import json
-import re
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
-
-from django.core import signing
 
 from ...conf import settings
 from ...errors import (
@@ -47,142 +41,16 @@ from ..jsonrpc import Message
 from ..shapes import detailed_task, task_fields
 from ..streaming import Deferred, Stream, threaded_call
 from ..subscriptions import listen_stream
-
-PROTOCOL_VERSION = "2026-07-28"
-MODERN_VERSIONS = (PROTOCOL_VERSION,)
-
-META_VERSION = "io.modelcontextprotocol/protocolVersion"
-META_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
-META_CLIENT_INFO = "io.modelcontextprotocol/clientInfo"
-META_SERVER_INFO = "io.modelcontextprotocol/serverInfo"
-
-_TASK_METHODS = ("tasks/get", "tasks/update", "tasks/cancel")
-
-
-class HeaderMismatch(ProtocolError):
-    def __init__(self, message: str) -> None:
-        super().__init__(HEADER_MISMATCH, f"Header mismatch: {message}")
-
-
-def supported_versions() -> list[str]:
-    return list(MODERN_VERSIONS)
-
-
-def server_info() -> dict[str, str]:
-    return {"name": settings.SERVER_NAME, "version": settings.SERVER_VERSION}
-
-
-# Header validation -------------------------------------------------------------------
-
-_B64_PREFIX, _B64_SUFFIX = "=?base64?", "?="
-
-
-def decode_header_value(value: str) -> str:
-    """Undo the ``=?base64?...?=`` sentinel encoding of ``Mcp-Name`` and
-    ``Mcp-Param-*`` values."""
-    if value.startswith(_B64_PREFIX) and value.endswith(_B64_SUFFIX) and len(value) >= len(_B64_PREFIX) + 2:
-        encoded = value[len(_B64_PREFIX) : -len(_B64_SUFFIX)]
-        try:
-            return base64.b64decode(encoded, validate=True).decode("utf-8")
-        except (binascii.Error, UnicodeDecodeError, ValueError):
-            raise HeaderMismatch("a header value is not valid base64-encoded UTF-8") from None
-    return value
-
-
-_NAME_SOURCE = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
-
-
-def _check_mirrored(header_name: str, raw: str | None, body_value: Any, *, required: bool) -> None:
-    if raw is None:
-        if required:
-            raise HeaderMismatch(f"the {header_name} header is required")
-        return
-    value = decode_header_value(raw.strip())
-    if value != body_value:
-        raise HeaderMismatch(f"{header_name} header value '{value}' does not match body value '{body_value}'")
-
-
-def validate_headers(message: Message, headers: Mapping[str, str]) -> None:
-    """``Mcp-Method`` and ``Mcp-Name`` must mirror the body (-32020 otherwise)."""
-    _check_mirrored("Mcp-Method", headers.get("mcp-method"), message.method, required=True)
-    source = _NAME_SOURCE.get(message.method)
-    if source is not None:
-        _check_mirrored("Mcp-Name", headers.get("mcp-name"), message.params.get(source), required=True)
-    elif message.method in _TASK_METHODS:
-        # Some clients omit Mcp-Name on tasks/*: tolerate absence, reject a wrong one.
-        _check_mirrored("Mcp-Name", headers.get("mcp-name"), message.params.get("taskId"), required=False)
-
-
-_HEADER_SAFE = re.compile(r"^[\x20-\x7e\t]*$")
-
-
-def _header_text(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-def check_param_headers(tool: Tool, arguments: Mapping[str, Any], headers: Mapping[str, str]) -> None:
-    """Each ``x-mcp-header`` parameter present in the body must be mirrored,
-    equal, in its ``Mcp-Param-{Name}`` header (-32020 otherwise)."""
-    for suffix, path in tool.header_params:
-        value: Any = arguments
-        for part in path:
-            value = value.get(part) if isinstance(value, dict) else None
-        raw = headers.get(f"mcp-param-{suffix.lower()}")
-        if raw is not None and not _HEADER_SAFE.match(raw):
-            raise HeaderMismatch(f"Mcp-Param-{suffix} contains invalid characters")
-        if value is None:
-            continue
-        if raw is None:
-            raise HeaderMismatch(f"the Mcp-Param-{suffix} header is required when '{'.'.join(path)}' is sent")
-        decoded = decode_header_value(raw.strip())
-        if isinstance(value, int) and not isinstance(value, bool):
-            try:
-                matches = float(decoded) == value  # compared as numbers: "42.0" matches 42
-            except ValueError:
-                matches = False
-        else:
-            matches = decoded == _header_text(value)
-        if not matches:
-            raise HeaderMismatch(f"Mcp-Param-{suffix} header value '{decoded}' does not match body value '{value}'")
-
-
-def check_version(message: Message, headers: Mapping[str, str]) -> tuple[str, dict[str, Any]]:
-    """The request's protocol version and capabilities, validated in the
-    order the spec's errors imply: missing ``_meta`` fields (-32602, HTTP
-    400), then header against body (-32020), then support (-32022)."""
-    meta = message.params.get("_meta")
-    if not isinstance(meta, dict):
-        meta = {}
-    missing = [key for key in (META_VERSION, META_CAPABILITIES) if key not in meta]
-    if missing:
-        raise InvalidParams(f"Invalid params: missing required _meta field(s): {', '.join(missing)}", http_status=400)
-    version, capabilities = meta[META_VERSION], meta[META_CAPABILITIES]
-    if not isinstance(version, str):
-        raise InvalidParams(f"Invalid params: _meta {META_VERSION} must be a string", http_status=400)
-    if not isinstance(capabilities, dict):
-        raise InvalidParams(f"Invalid params: _meta {META_CAPABILITIES} must be an object", http_status=400)
-    header = headers.get("mcp-protocol-version")
-    if header is None:
-        raise HeaderMismatch("the MCP-Protocol-Version header is required")
-    if header.strip() != version:
-        raise HeaderMismatch(
-            f"MCP-Protocol-Version header value '{header.strip()}' does not match body value '{version}'"
-        )
-    if version not in MODERN_VERSIONS:
-        raise ProtocolError(
-            UNSUPPORTED_VERSION,
-            "Unsupported protocol version",
-            {"supported": supported_versions(), "requested": version},
-        )
-    return version, capabilities
-
-
-def has_tasks_extension(capabilities: Mapping[str, Any]) -> bool:
-    extensions = capabilities.get("extensions")
-    return isinstance(extensions, dict) and isinstance(extensions.get(TASKS_EXTENSION), dict)
-
+from .headers import (
+    META_SERVER_INFO,
+    check_param_headers,
+    check_version,
+    has_tasks_extension,
+    server_info,
+    supported_versions,
+    validate_headers,
+)
+from .request_state import load_request_state, sign_request_state
 
 # Results -------------------------------------------------------------------------
 
@@ -197,41 +65,6 @@ def complete(value: dict[str, Any] | None = None) -> dict[str, Any]:
 
 def create_task_result(task: Task) -> dict[str, Any]:
     return {"resultType": "task", **task_fields(task), "_meta": {META_SERVER_INFO: server_info()}}
-
-
-# Request state (MRTR) --------------------------------------------------------------
-
-_STATE_SALT = "mcptasks.request_state"
-
-
-def _call_digest(owner: str, tool: str, arguments: Any) -> str:
-    canonical = json.dumps([owner, tool, arguments], sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(canonical.encode()).hexdigest()[:32]
-
-
-def sign_request_state(owner: str, tool: str, arguments: Any, answers: Mapping[str, Any]) -> str:
-    """Answers gathered so far, bound to the caller, the tool and its arguments."""
-    payload = {"d": _call_digest(owner, tool, arguments), "a": dict(answers)}
-    return signing.dumps(payload, salt=_STATE_SALT, compress=True)
-
-
-def load_request_state(state: Any, owner: str, tool: str, arguments: Any) -> dict[str, Any]:
-    """Verify a ``requestState`` and return the answers it carries.
-
-    Tampered, expired or foreign state is rejected with -32602: it binds the
-    caller, the tool and its arguments.
-    """
-    if not isinstance(state, str):
-        raise InvalidParams("Invalid requestState: expected a string")
-    try:
-        payload = signing.loads(state, salt=_STATE_SALT, max_age=settings.REQUEST_STATE_MAX_AGE)
-    except signing.SignatureExpired:
-        raise InvalidParams("Invalid requestState: it has expired; retry the call without it") from None
-    except signing.BadSignature:
-        raise InvalidParams("Invalid requestState: verification failed") from None
-    if not isinstance(payload, dict) or payload.get("d") != _call_digest(owner, tool, arguments):
-        raise InvalidParams("Invalid requestState: it belongs to a different request")
-    return dict(payload.get("a") or {})
 
 
 # Handlers ----------------------------------------------------------------------------
