@@ -1,4 +1,4 @@
-"""The Redis broker hardening (``mcptasks.brokers``), on a real Redis.
+"""The Redis broker hardening (``mcptasks.worker.brokers``), on a real Redis.
 
 The live case, a broker outage under load with every worker consuming again
 afterwards, is R2 (``tests/reliability/test_r2_broker.py``).

@@ -1,4 +1,4 @@
-"""One run of a task (mcptasks.execution.run_task), in this process.
+"""One run of a task (mcptasks.worker.execution.run_task), in this process.
 
 ``run_task`` is exactly what the Celery task calls; here it runs in the test
 process (and in threads), on committed rows, so its lease monitor thread sees
