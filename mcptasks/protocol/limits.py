@@ -21,13 +21,9 @@ from django.dispatch import receiver
 from rest_framework.throttling import SimpleRateThrottle
 
 from ..conf import settings
-from ..errors import INVALID_REQUEST, ProtocolError
+from ..errors import INVALID_REQUEST, RATE_LIMITED, ProtocolError
 
 logger = logging.getLogger("mcptasks.limits")
-
-#: Outside the JSON-RPC reserved range, as the MCP spec asks of
-#: implementation-defined codes.
-RATE_LIMITED = -31000
 
 
 class RequestTooLarge(ProtocolError):

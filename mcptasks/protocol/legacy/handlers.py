@@ -30,6 +30,7 @@ from ...errors import (
     INTERNAL_ERROR,
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
+    RESOURCE_NOT_FOUND,
     InputNeeded,
     InvalidParams,
     ProtocolError,
@@ -59,8 +60,6 @@ LATEST_VERSION = LEGACY_VERSIONS[0]
 
 SESSION_HEADER = "Mcp-Session-Id"
 IMMEDIATE_RESPONSE = "io.modelcontextprotocol/model-immediate-response"
-#: 2025-era code for an unknown resource (2026-07-28 uses -32602).
-RESOURCE_NOT_FOUND = -32002
 
 _TASK_SUPPORT = {"never": "forbidden", "optional": "optional", "auto": "optional", "required": "required"}
 _TOKEN = re.compile(r"[0-9a-f]{32}")

@@ -34,7 +34,7 @@ from asgiref.sync import sync_to_async
 from django.db import close_old_connections, connection, connections
 
 from ...conf import settings
-from ...errors import INTERNAL_ERROR, INVALID_REQUEST, InputNeeded, ProtocolError, TaskCancelled
+from ...errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, InputNeeded, ProtocolError, TaskCancelled
 from ...models import LegacySession, Task
 from ...notify import fabric as notify
 from ...tasks.inputs import pending_inputs
@@ -385,7 +385,9 @@ async def task_result_stream(
         while True:
             state = await db(_task_state, task_id)
             if state is None:
-                yield jsonrpc.error(request_id, ProtocolError(-32602, "Failed to retrieve task: Task not found"))
+                yield jsonrpc.error(
+                    request_id, ProtocolError(INVALID_PARAMS, "Failed to retrieve task: Task not found")
+                )
                 return
             task, pending = state
             if task.is_terminal:
