@@ -89,8 +89,9 @@ def django_db_setup(django_db_setup: Any, django_db_blocker: Any) -> Iterator[No
 
 @pytest.fixture(params=["single-statement", "orm"])
 def transition_paths(request: Any, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Run the test once on each way the domain claims and finishes a run:
-    Postgres's single statements, and the ORM path other databases take."""
+    """Run the test once on each path of the domain's raw statements
+    (claim, finish, purge): Postgres's single statements, and the ORM path
+    other databases take."""
     from mcptasks.tasks import sql
 
     if request.param == "orm":

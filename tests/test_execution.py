@@ -23,6 +23,7 @@ from mcptasks.tools.registry import registry, tool
 from mcptasks.worker.execution import run_task
 from tests.support.factories import accept, make_task, terminal_transitions, transitions
 from tests.support.rpc import FULL_CAPS, TASKS_CAPS
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("transition_paths")]
 
@@ -64,13 +65,6 @@ class Background:
         if self.error is not None:
             raise self.error
         return self.outcome
-
-
-def wait_until(predicate, timeout: float = 10.0, interval: float = 0.02) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(interval)
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from django.utils import timezone
 from ..conf import settings
 from ..errors import INTERNAL_ERROR
 from ..models import ACTIVE_STATUSES, TERMINAL_STATUSES, InputRequest, Task, TaskEvent, TaskStatus
-from . import dispatch
+from . import dispatch, sql
 from .events import SYSTEM, EventKind, record_event
 from .transitions import cancel_in_transaction, fail
 
@@ -123,7 +123,7 @@ def purge_expired(*, batch_size: int | None = None, dry_run: bool = False, max_b
     expired = Task.objects.filter(status__in=TERMINAL_STATUSES, expires_at__lt=timezone.now())
     if dry_run:
         return expired.count()
-    delete_batch = _delete_expired_batch_sql if connection.vendor == "postgresql" else _delete_expired_batch_orm
+    delete_batch = _delete_expired_batch_sql if sql.single_statement() else _delete_expired_batch_orm
     total = 0
     batches = 0
     while max_batches is None or batches < max_batches:

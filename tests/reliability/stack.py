@@ -19,11 +19,9 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from tests.support.live import (
     LIVE_SETTINGS,
@@ -36,6 +34,7 @@ from tests.support.live import (
     wait_http,
     with_database,
 )
+from tests.support.waiting import wait_until as wait_until
 
 #: Recovery in seconds, not minutes: a lapsed lease or a lost message is seen
 #: within about two seconds by a sweep that runs every second.
@@ -266,18 +265,3 @@ def start_chaos_stack(
         stack.stop()
         raise
     return stack
-
-
-def wait_until(
-    predicate: Any, timeout: float, interval: float = 0.2, what: str = "condition", explain: Any = None
-) -> Any:
-    """Wait for ``predicate``; past ``timeout``, fail with ``explain()``'s account of why."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            why = f"\n{explain()}" if explain is not None else ""
-            raise AssertionError(f"{what} not reached within {timeout}s{why}")
-        time.sleep(interval)
