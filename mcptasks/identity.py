@@ -1,7 +1,0 @@
-"""The public path of caller identification (settings name
-``mcptasks.identity.BearerTokenAuthentication``, sites import ``owner_for``);
-the code lives in ``mcptasks.web.identity``."""
-
-from .web.identity import BearerTokenAuthentication, Caller, NotAuthenticated, identify, owner_for
-
-__all__ = ["BearerTokenAuthentication", "Caller", "NotAuthenticated", "identify", "owner_for"]
