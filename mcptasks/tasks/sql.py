@@ -15,16 +15,18 @@ from django.db import connection, connections, models
 
 from ..models import InputRequest, Task, TaskEvent
 
-#
-# A run's claim and its finish are the worker's hot path. On Postgres each is
-# one statement (a data-modifying CTE: the guarded UPDATE, its event, and the
-# row as left), so one round trip and one implicit commit, with no ORM query
-# compilation. The guard is the UPDATE's own WHERE, which Postgres re-checks
-# against the newest row version after waiting for a concurrent writer: the
-# same compare-and-set as ``_transition``. Other databases take the ORM path.
-
 
 def single_statement() -> bool:
+    """Whether the raw statements apply (Postgres).
+
+    A run's claim and its finish are the worker's hot path. On Postgres each is
+    one statement (a data-modifying CTE: the guarded UPDATE, its event, and the
+    row as left), so one round trip and one implicit commit, with no ORM query
+    compilation. The guard is the UPDATE's own WHERE, which Postgres re-checks
+    against the newest row version after waiting for a concurrent writer: the
+    same compare-and-set as ``transitions._transition``. Other databases take
+    the ORM path.
+    """
     return connection.vendor == "postgresql"
 
 
