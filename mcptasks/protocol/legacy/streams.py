@@ -28,6 +28,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import AsyncIterator, Callable
+from enum import StrEnum
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -44,6 +45,23 @@ from ..threads import worker_threads
 from .sessions import call_group, call_token, related, session_group
 
 logger = logging.getLogger("mcptasks.legacy")
+
+
+class Signal(StrEnum):
+    """The tag of each ``(tag, item)`` pair that travels on a stream's inbox
+    queue and out of a call's run."""
+
+    INBOX = "inbox"  # a message from the channel layer or a direct hand-over
+    SHUTDOWN = "shutdown"  # the server is stopping
+    MESSAGE = "message"  # a notification the running tool sent
+    DONE = "done"  # the run ended; the item is one of the outcomes below
+    RESULT = "result"
+    ERROR = "error"
+    QUESTIONS = "questions"  # the tool needs input: its requests
+    CANCELLED = "cancelled"
+    KEEPALIVE = "keepalive"  # nothing happened for a while
+    ANSWER = "answer"  # one client answer: (key, result)
+
 
 #: How long a plain call waits for the client's answers.
 ANSWER_TIMEOUT_SECONDS = 15 * 60
@@ -83,7 +101,7 @@ def parse_request_id(value: Any) -> tuple[str, str, str] | None:
 # The inbox: what a stream waits for ---------------------------------------------------------------
 
 _local_lock = threading.Lock()
-_local: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue[tuple[str, Any]]]] = {}
+_local: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue[tuple[Signal, Any]]]] = {}
 
 
 def deliver(group: str, payload: dict[str, Any]) -> None:
@@ -94,7 +112,7 @@ def deliver(group: str, payload: dict[str, Any]) -> None:
     if target is not None:
         loop, queue = target
         try:
-            loop.call_soon_threadsafe(queue.put_nowait, ("inbox", payload))
+            loop.call_soon_threadsafe(queue.put_nowait, (Signal.INBOX, payload))
             return
         except RuntimeError:  # its loop is gone; fall back to the layer
             pass
@@ -113,7 +131,7 @@ class Inbox:
 
     async def __aenter__(self) -> Inbox:
         self.loop = asyncio.get_running_loop()
-        self.queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        self.queue: asyncio.Queue[tuple[Signal, Any]] = asyncio.Queue()
         self.listener: notify.Listener | None = notify.Listener(self.groups)
         try:
             await self.listener.__aenter__()
@@ -143,20 +161,20 @@ class Inbox:
             try:
                 message = await self.listener.receive(settings.KEEPALIVE_SECONDS)
                 if message is not None:
-                    self.queue.put_nowait(("inbox", message))
+                    self.queue.put_nowait((Signal.INBOX, message))
             except Exception:  # a layer outage: keep trying, polling covers the gap
                 logger.warning("channel layer receive failed", exc_info=True)
                 await asyncio.sleep(1.0)
 
     async def _watch_shutdown(self) -> None:
         await notify.shutdown_event().wait()
-        self.queue.put_nowait(("shutdown", None))
+        self.queue.put_nowait((Signal.SHUTDOWN, None))
 
-    def put_threadsafe(self, kind: str, item: Any) -> None:
+    def put_threadsafe(self, kind: Signal, item: Any) -> None:
         with contextlib.suppress(RuntimeError):  # the loop is gone (the server stopped): nobody listens
             self.loop.call_soon_threadsafe(self.queue.put_nowait, (kind, item))
 
-    async def get(self, timeout: float) -> tuple[str, Any] | None:
+    async def get(self, timeout: float) -> tuple[Signal, Any] | None:
         try:
             return await asyncio.wait_for(self.queue.get(), timeout)
         except TimeoutError:
@@ -229,23 +247,23 @@ async def call_stream(
             if questions is None:
                 outcome = None
                 async for kind, item in _run_once(inbox, run, answers, session_id):
-                    if kind == "keepalive":
+                    if kind == Signal.KEEPALIVE:
                         yield None
-                    elif kind == "message":
+                    elif kind == Signal.MESSAGE:
                         yield item
-                    elif kind == "cancelled":
+                    elif kind == Signal.CANCELLED:
                         return  # the client cancelled: no response
                     else:
                         outcome = (kind, item)
                 assert outcome is not None
                 kind, item = outcome
-                if kind == "result":
+                if kind == Signal.RESULT:
                     yield jsonrpc.result(request_id, item)
                     return
-                if kind == "error":
+                if kind == Signal.ERROR:
                     yield jsonrpc.error(request_id, item)
                     return
-                questions = item  # kind == "questions"
+                questions = item  # kind == Signal.QUESTIONS
             if not may_ask:
                 error = ProtocolError(
                     INVALID_REQUEST, "This call needs input from the client, but the session is not initialized yet"
@@ -256,39 +274,41 @@ async def call_stream(
             for key, req in waiting.items():
                 yield _request(call_request_id(session_id, request_id, key), req["method"], req.get("params", {}))
             async for kind, item in _collect_answers(inbox, session_id, set(waiting)):
-                if kind == "keepalive":
+                if kind == Signal.KEEPALIVE:
                     yield None
-                elif kind == "answer":
+                elif kind == Signal.ANSWER:
                     answers[item[0]] = item[1]
-                elif kind == "cancelled":
+                elif kind == Signal.CANCELLED:
                     return
-                else:  # "error"
+                else:  # Signal.ERROR
                     yield jsonrpc.error(request_id, item)
                     return
             questions = None
 
 
-async def _run_once(inbox: Inbox, run: Run, answers: dict[str, Any], session_id: str) -> AsyncIterator[tuple[str, Any]]:
+async def _run_once(
+    inbox: Inbox, run: Run, answers: dict[str, Any], session_id: str
+) -> AsyncIterator[tuple[Signal, Any]]:
     """One run of the call in a thread: yields ``("message", notification)``
     as it notifies, then one of ``("result", value)``, ``("error",
     ProtocolError)``, ``("questions", requests)`` or ``("cancelled", None)``."""
     cancel = threading.Event()
 
     def notify_client(method: str, params: dict[str, Any]) -> None:
-        inbox.put_threadsafe("message", {"jsonrpc": "2.0", "method": method, "params": params})
+        inbox.put_threadsafe(Signal.MESSAGE, {"jsonrpc": "2.0", "method": method, "params": params})
 
     def target() -> None:
         try:
-            inbox.put_threadsafe("done", ("result", run(dict(answers), notify_client, cancel)))
+            inbox.put_threadsafe(Signal.DONE, (Signal.RESULT, run(dict(answers), notify_client, cancel)))
         except InputNeeded as need:
-            inbox.put_threadsafe("done", ("questions", need.requests))
+            inbox.put_threadsafe(Signal.DONE, (Signal.QUESTIONS, need.requests))
         except TaskCancelled:
-            inbox.put_threadsafe("done", ("cancelled", None))
+            inbox.put_threadsafe(Signal.DONE, (Signal.CANCELLED, None))
         except ProtocolError as exc:
-            inbox.put_threadsafe("done", ("error", exc))
+            inbox.put_threadsafe(Signal.DONE, (Signal.ERROR, exc))
         except BaseException:
             logger.exception("legacy call failed")
-            inbox.put_threadsafe("done", ("error", ProtocolError(INTERNAL_ERROR, "Internal error")))
+            inbox.put_threadsafe(Signal.DONE, (Signal.ERROR, ProtocolError(INTERNAL_ERROR, "Internal error")))
         finally:
             connection.close()
 
@@ -297,19 +317,19 @@ async def _run_once(inbox: Inbox, run: Run, answers: dict[str, Any], session_id:
         while True:
             item = await inbox.get(settings.KEEPALIVE_SECONDS)
             if item is None:
-                yield "keepalive", None
+                yield Signal.KEEPALIVE, None
                 continue
             kind, value = item
-            if kind == "message":
-                yield "message", value
-            elif kind == "done":
+            if kind == Signal.MESSAGE:
+                yield Signal.MESSAGE, value
+            elif kind == Signal.DONE:
                 yield value
                 return
-            elif kind == "shutdown":
+            elif kind == Signal.SHUTDOWN:
                 continue  # let the run finish: its response is on the way
-            elif kind == "inbox" and _is_cancel(value, session_id):
+            elif kind == Signal.INBOX and _is_cancel(value, session_id):
                 cancel.set()
-                yield "cancelled", None
+                yield Signal.CANCELLED, None
                 return
     finally:
         cancel.set()  # the stream is over (done, cancelled or the client left)
@@ -319,7 +339,7 @@ def _is_cancel(payload: Any, session_id: str) -> bool:
     return isinstance(payload, dict) and payload.get("session") == session_id and payload.get("cancel") is True
 
 
-async def _collect_answers(inbox: Inbox, session_id: str, keys: set[str]) -> AsyncIterator[tuple[str, Any]]:
+async def _collect_answers(inbox: Inbox, session_id: str, keys: set[str]) -> AsyncIterator[tuple[Signal, Any]]:
     """Yields ``("answer", (key, result))`` until every key is answered;
     ``("keepalive", None)`` while idle; or ends with ``("error", exc)`` /
     ``("cancelled", None)``."""
@@ -328,20 +348,20 @@ async def _collect_answers(inbox: Inbox, session_id: str, keys: set[str]) -> Asy
     while outstanding:
         remaining = deadline - asyncio.get_running_loop().time()
         if remaining <= 0:
-            yield "error", ProtocolError(INTERNAL_ERROR, "The client did not answer the server's request in time")
+            yield Signal.ERROR, ProtocolError(INTERNAL_ERROR, "The client did not answer the server's request in time")
             return
         item = await inbox.get(min(settings.KEEPALIVE_SECONDS, remaining))
         if item is None:
-            yield "keepalive", None
+            yield Signal.KEEPALIVE, None
             continue
         kind, payload = item
-        if kind == "shutdown":
-            yield "error", ProtocolError(INTERNAL_ERROR, "The server is restarting; call the tool again")
+        if kind == Signal.SHUTDOWN:
+            yield Signal.ERROR, ProtocolError(INTERNAL_ERROR, "The server is restarting; call the tool again")
             return
-        if kind != "inbox" or not isinstance(payload, dict) or payload.get("session") != session_id:
+        if kind != Signal.INBOX or not isinstance(payload, dict) or payload.get("session") != session_id:
             continue
         if payload.get("cancel") is True:
-            yield "cancelled", None
+            yield Signal.CANCELLED, None
             return
         key = payload.get("key")
         if key not in outstanding:
@@ -349,10 +369,10 @@ async def _collect_answers(inbox: Inbox, session_id: str, keys: set[str]) -> Asy
         if "error" in payload:
             error = payload["error"] if isinstance(payload["error"], dict) else {}
             code = error.get("code") if isinstance(error.get("code"), int) else INTERNAL_ERROR
-            yield "error", ProtocolError(code, f"The client could not answer: {error.get('message', 'error')}")
+            yield Signal.ERROR, ProtocolError(code, f"The client could not answer: {error.get('message', 'error')}")
             return
         outstanding.discard(key)
-        yield "answer", (key, payload.get("result"))
+        yield Signal.ANSWER, (key, payload.get("result"))
 
 
 # tasks/result ---------------------------------------------------------------------------------------------
@@ -409,11 +429,11 @@ async def task_result_stream(
             item = await inbox.get(RESULT_POLL_SECONDS)
             if item is not None:
                 kind, payload = item
-                if kind == "shutdown":
+                if kind == Signal.SHUTDOWN:
                     error = ProtocolError(INTERNAL_ERROR, "The server is restarting; call tasks/result again")
                     yield jsonrpc.error(request_id, error)
                     return
-                if kind == "inbox" and _is_cancel(payload, session_id):
+                if kind == Signal.INBOX and _is_cancel(payload, session_id):
                     return
             if loop.time() - idle_since >= settings.KEEPALIVE_SECONDS:
                 idle_since = loop.time()
@@ -442,9 +462,9 @@ async def session_stream(session_id: str) -> AsyncIterator[dict[str, Any] | None
                 yield None
                 continue
             kind, payload = item
-            if kind == "shutdown":
+            if kind == Signal.SHUTDOWN:
                 return
-            if kind != "inbox" or not isinstance(payload, dict):
+            if kind != Signal.INBOX or not isinstance(payload, dict):
                 continue
             if payload.get("closed"):
                 return
