@@ -34,13 +34,13 @@ LAYERS: list[tuple[str, str]] = [
     ("Django DB backend", r"/django/db/backends/|/django/db/transaction\.py|/django/db/utils\.py"),
     ("Django ORM (query building, model init)", r"/django/db/"),
     ("JSON encode/decode", r"/json/|orjson"),
-    ("Abuse limits (throttle counters, cache)", r"/mcptasks/limits\.py|/django/core/cache/"),
+    ("Abuse limits (throttle counters, cache)", r"/mcptasks/protocol/limits\.py|/django/core/cache/"),
     ("Celery/kombu and Redis clients", r"/celery/|/kombu/|/redis/|/amqp/|/vine/|/billiard/"),
-    ("Caller identity (DRF auth)", r"/rest_framework/|/mcptasks/identity\.py"),
+    ("Caller identity (DRF auth)", r"/rest_framework/|/mcptasks/web/identity\.py"),
     ("pydantic", r"/pydantic"),
     (
         "Signals and on_commit hooks",
-        r"/django/dispatch/|/mcptasks/signals\.py|/mcptasks/publishing\.py|/mcptasks/notify\.py",
+        r"/django/dispatch/|/mcptasks/signals\.py|/mcptasks/protocol/publishing\.py|/mcptasks/notify/",
     ),
     ("asgiref (sync_to_async, thread hops)", r"/asgiref/"),
     ("Threads / executors", r"/threading\.py|/concurrent/futures/|/queue\.py"),
@@ -49,7 +49,7 @@ LAYERS: list[tuple[str, str]] = [
     ("Django sessions/auth/messages", r"/django/contrib/"),
     ("Django URL resolving", r"/django/urls/"),
     ("Django request/response objects", r"/django/http/|/django/core/handlers/|/django/utils/|/django/core/signing"),
-    ("mcptasks wire and views", r"/mcptasks/wire/|/mcptasks/views\.py"),
+    ("mcptasks protocol and web", r"/mcptasks/protocol/|/mcptasks/web/"),
     ("mcptasks lifecycle/execution", r"/mcptasks/"),
     ("uvicorn/httptools (ASGI server)", r"/uvicorn/|httptools|/h11/|uvloop"),
     ("gunicorn (WSGI server)", r"/gunicorn/"),
@@ -69,7 +69,7 @@ KEY_FUNCTIONS = [
     ("lifecycle.create_task", r"create_task \(.*lifecycle"),
     ("_check_active_quota (per-owner lock + COUNT)", r"_check_active_quota \("),
     ("runtime.enqueue_run (Celery publish)", r"enqueue_run \("),
-    ("limits (throttles, quotas)", r"/mcptasks/limits\.py"),
+    ("limits (throttles, quotas)", r"/mcptasks/protocol/limits\.py"),
     ("sync_to_async hop", r"/asgiref/sync\.py"),
     ("JSON", r"/json/"),
     ("execution.run_task (a task run)", r"run_task \(.*execution"),
@@ -223,9 +223,9 @@ def run(
             seconds,
             workdir / "spy-celery-e2e-wall.txt",
             lambda: {"tasks_per_s": client.run(client.end_to_end(web.url, 32, seconds - 2, 0.5, 0.02)).rate},
-            wall_within=r"^run_task \(mcptasks/execution\.py",
+            wall_within=r"^run_task \(mcptasks/worker/execution\.py",
         )
-        data["by_call_site"] = call_sites(workdir / "spy-celery-e2e-wall.txt", "run_task (mcptasks/execution.py")
+        data["by_call_site"] = call_sites(workdir / "spy-celery-e2e-wall.txt", "run_task (mcptasks/worker/execution.py")
         out["celery workers, wall clock inside execution.run_task"] = data
         log(f"profile celery wall: {data['samples']} samples, top layers {data['layers'][:4]}")
         bench.wait_quiet()
@@ -239,7 +239,7 @@ def run(
             lambda conns=conns: {
                 "rps": wrk.run(web.url, "call", ids_file=noop, connections=conns, duration=seconds - 1)["rps"]
             },
-            wall_within=r"^call_tool \(mcptasks/wire/modern\.py",
+            wall_within=r"^call_tool \(mcptasks/protocol/modern/handlers\.py",
         )
         data["by_call_site"] = call_sites(workdir / f"spy-{names[0]}-tools_call-c{conns}-wall.txt", "call_tool (")
         out[f"{names[0]} tools/call, {conns} caller(s), wall clock inside call_tool"] = data

@@ -1,9 +1,9 @@
 """mcptasks: serve MCP tools from a Django site, with slow tools as durable tasks."""
 
-from .context import ToolContext, elicitation, roots, sampling
 from .errors import ProtocolError, ToolError
-from .registry import tool
-from .results import ToolResult, audio, image, text
+from .tools.context import ToolContext, elicitation, roots, sampling
+from .tools.registry import tool
+from .tools.results import ToolResult, audio, image, text
 
 __all__ = [
     "ProtocolError",

@@ -31,9 +31,9 @@ from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
 from django.utils.http import url_has_allowed_host_and_scheme
 
-from . import lifecycle
 from .models import ACTIVE_STATUSES, TERMINAL_STATUSES, InputRequest, Task, TaskEvent
-from .registry import registry
+from .tasks import lifecycle
+from .tools.registry import registry
 
 #: Above this many matching rows the change list says "more than N" instead
 #: of counting them all.

@@ -10,17 +10,20 @@ class MCPTasksConfig(AppConfig):
     def ready(self) -> None:
         from django.conf import settings as django_settings
 
-        from . import brokers, checks, jobs  # noqa: F401  (registers the system checks and the Celery tasks)
+        from . import checks  # noqa: F401  (registers the system checks)
         from .conf import settings
+        from .worker import brokers, dispatch, jobs  # noqa: F401  (jobs registers the Celery tasks)
 
         # A worker on a Redis broker must survive a broker outage (see brokers.py).
         brokers.connect()
+        # Runs leave the domain through its dispatch seam: Celery fills it.
+        dispatch.connect()
 
         # Tools live in a module of any installed app, found like admin.py.
         autodiscover_modules(settings.TOOLS_MODULE)
         if settings.NOTIFICATIONS and getattr(django_settings, "CHANNEL_LAYERS", None):
-            from . import publishing
-            from .wire import legacy_sessions
+            from .protocol import publishing
+            from .protocol.legacy import sessions as legacy_sessions
 
             publishing.connect()
             legacy_sessions.connect()  # notifications/tasks/status to 2025-era sessions

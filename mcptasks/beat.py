@@ -1,12 +1,11 @@
-"""The periodic maintenance, for ``CELERY_BEAT_SCHEDULE``.
-
-Importable from settings (it loads no models)::
+"""The public path of the periodic maintenance schedule, importable from
+settings (it loads no models)::
 
     from mcptasks.beat import BEAT_SCHEDULE
-    CELERY_BEAT_SCHEDULE = {**BEAT_SCHEDULE}
+
+The schedule lives in ``mcptasks.worker.beat``.
 """
 
-BEAT_SCHEDULE = {
-    "mcptasks-sweep": {"task": "mcptasks.sweep", "schedule": 10.0},
-    "mcptasks-purge-expired": {"task": "mcptasks.purge_expired", "schedule": 60.0},
-}
+from .worker.beat import BEAT_SCHEDULE
+
+__all__ = ["BEAT_SCHEDULE"]

@@ -20,6 +20,11 @@ INTERNAL_ERROR = -32603
 HEADER_MISMATCH = -32020
 MISSING_CAPABILITY = -32021
 UNSUPPORTED_VERSION = -32022
+#: 2025-era code for an unknown resource (2026-07-28 uses -32602).
+RESOURCE_NOT_FOUND = -32002
+#: Outside the JSON-RPC reserved range, as the MCP spec asks of
+#: implementation-defined codes.
+RATE_LIMITED = -31000
 
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 

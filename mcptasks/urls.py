@@ -1,6 +1,6 @@
 from django.urls import path
 
-from .views import mcp_endpoint
+from .web.views import mcp_endpoint
 
 app_name = "mcptasks"
 

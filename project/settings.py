@@ -102,10 +102,10 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Keep workers' database connections between runs: without it Celery's Django
 # fix-up closes them around every task and each run reconnects. mcptasks'
-# run job drops a broken or aged connection itself (mcptasks.jobs).
+# run job drops a broken or aged connection itself (mcptasks.worker.jobs).
 CELERY_DB_REUSE_MAX = env.int("CELERY_DB_REUSE_MAX", default=1000)
 # Retry channel errors too. (A worker that stopped consuming after a broker
-# restart was a kombu bug, which mcptasks.brokers works around.)
+# restart was a kombu bug, which mcptasks.worker.brokers works around.)
 CELERY_BROKER_CHANNEL_ERROR_RETRY = True
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT", default=3600)}
 if CELERY_BROKER_URL.startswith("memory://"):
@@ -128,7 +128,7 @@ else:
 # set, so that every web process counts against one limit; in each process's
 # memory otherwise. The key prefix keeps deployments that share a Redis (one
 # per database) apart. Short timeouts: while Redis is down, requests are
-# served uncounted (mcptasks.limits) and must not wait for it.
+# served uncounted (mcptasks.protocol.limits) and must not wait for it.
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 if REDIS_URL:
     CACHES["throttle"] = {

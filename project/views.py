@@ -9,7 +9,7 @@ from django.shortcuts import render
 from django.urls import reverse
 
 from mcptasks.conf import settings as mcp_settings
-from mcptasks.registry import registry
+from mcptasks.tools.registry import registry
 
 
 def home(request: HttpRequest) -> HttpResponse:

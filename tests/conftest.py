@@ -150,13 +150,13 @@ def django_db_setup(django_db_setup: Any, django_db_blocker: Any) -> Iterator[No
     ]
 )
 def transition_paths(request: Any, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Run the test once on each way ``lifecycle`` claims and finishes a run:
-    Postgres's single statements, and the ORM path other databases take
-    (the only one on SQLite, where the first is skipped)."""
-    from mcptasks import lifecycle
+    """Run the test once on each path of the domain's raw statements
+    (claim, finish, purge): Postgres's single statements, and the ORM path
+    other databases take (the only one on SQLite, where the first is skipped)."""
+    from mcptasks.tasks import sql
 
     if request.param == "orm":
-        monkeypatch.setattr(lifecycle, "_single_statement_transitions", lambda: False)
+        monkeypatch.setattr(sql, "single_statement", lambda: False)
     return request.param
 
 

@@ -16,10 +16,11 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from mcptasks import execution, lifecycle
 from mcptasks.admin import COUNT_CAP
 from mcptasks.models import Era, Task, TaskEvent, TaskStatus
-from mcptasks.registry import registry, tool
+from mcptasks.tasks import lifecycle
+from mcptasks.tools.registry import registry, tool
+from mcptasks.worker import execution
 from tests.support import postgres_only
 from tests.support.factories import (
     accept,

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from django.core.asgi import get_asgi_application
 
-from mcptasks.asgi import mcp_router
 from mcptasks.models import Task
+from mcptasks.web.asgi import mcp_router
 from tests.support.rpc import build_headers, build_meta
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -12,9 +12,10 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
-from mcptasks import lifecycle, signals
+from mcptasks import signals
 from mcptasks.audit import JsonFormatter
 from mcptasks.models import Task, TaskEvent
+from mcptasks.tasks import lifecycle
 from tests.support.factories import WORKER, accept, completed_task, make_task, running_task, waiting_task
 
 pytestmark = pytest.mark.django_db

@@ -1,4 +1,4 @@
-"""The Redis broker hardening (``mcptasks.brokers``), on a real Redis.
+"""The Redis broker hardening (``mcptasks.worker.brokers``), on a real Redis.
 
 The live case, a broker outage under load with every worker consuming again
 afterwards, is R2 (``tests/reliability/test_r2_broker.py``).
@@ -15,7 +15,7 @@ from celery import Celery
 from kombu import Connection
 from kombu.transport import redis as kombu_redis
 
-from mcptasks import brokers
+from mcptasks.worker import brokers
 from tests.support.live import DEFAULT_REDIS_URL
 
 REDIS_URL = os.environ.get("MCPTASKS_TEST_REDIS_URL", DEFAULT_REDIS_URL)

@@ -20,9 +20,9 @@ from django.core.management.base import CommandError
 from django.db import connection
 from django.utils import timezone
 
-from mcptasks import lifecycle
 from mcptasks.models import InputRequest, Task, TaskEvent, TaskStatus
-from mcptasks.registry import registry, tool
+from mcptasks.tasks import lifecycle
+from mcptasks.tools.registry import registry, tool
 from tests.support import live, postgres_only
 from tests.support.factories import (
     WORKER,

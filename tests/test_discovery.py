@@ -1,5 +1,5 @@
 """How ``manage.py mcptasks run`` finds the site's ASGI application, its
-Celery app and beat's schedule file (mcptasks.discovery, mcptasks.runner).
+Celery app and beat's schedule file (mcptasks.worker.discovery, mcptasks.worker.runner).
 
 The example site (``project``) is the site under discovery here: it has the
 ``asgi.py`` startproject makes and the ``celery.py`` + ``__init__.py`` import
@@ -22,8 +22,8 @@ from django.test import override_settings
 import project
 import project.asgi
 import project.celery
-from mcptasks.discovery import find_asgi_application, find_celery_app, settings_packages, split_object_path
-from mcptasks.runner import beat_schedule_file, broker_is_in_process, child_environment
+from mcptasks.worker.discovery import find_asgi_application, find_celery_app, settings_packages, split_object_path
+from mcptasks.worker.runner import beat_schedule_file, broker_is_in_process, child_environment
 
 
 @pytest.fixture(autouse=True)

@@ -1,4 +1,4 @@
-"""One run of a task (mcptasks.execution.run_task), in this process.
+"""One run of a task (mcptasks.worker.execution.run_task), in this process.
 
 ``run_task`` is exactly what the Celery task calls; here it runs in the test
 process (and in threads), on committed rows, so its lease monitor thread sees
@@ -16,12 +16,14 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from mcptasks import ToolContext, lifecycle
-from mcptasks.execution import run_task
+from mcptasks import ToolContext
 from mcptasks.models import InputRequest, InputRequestState, Task, TaskEvent, TaskStatus
-from mcptasks.registry import registry, tool
+from mcptasks.tasks import lifecycle
+from mcptasks.tools.registry import registry, tool
+from mcptasks.worker.execution import run_task
 from tests.support.factories import accept, make_task, terminal_transitions, transitions
 from tests.support.rpc import FULL_CAPS, TASKS_CAPS
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("transition_paths")]
 
@@ -63,13 +65,6 @@ class Background:
         if self.error is not None:
             raise self.error
         return self.outcome
-
-
-def wait_until(predicate, timeout: float = 10.0, interval: float = 0.02) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(interval)
 
 
 @pytest.fixture

@@ -11,8 +11,8 @@ import psycopg
 import pytest
 from django.db import connection
 
-from mcptasks import jobs
 from mcptasks.models import Task, TaskStatus
+from mcptasks.worker import jobs
 from tests.support import postgres_only
 from tests.support.factories import make_task
 

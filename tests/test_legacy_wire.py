@@ -15,10 +15,11 @@ import pytest
 from django.contrib.auth import get_user_model
 from rest_framework.authtoken.models import Token
 
-from mcptasks import lifecycle
-from mcptasks.execution import run_task
 from mcptasks.models import Era, InputRequest, InputRequestState, LegacySession, LegacyTask, Task, TaskStatus
-from mcptasks.wire import legacy
+from mcptasks.protocol.legacy import handlers as legacy
+from mcptasks.protocol.legacy import tasks as legacy_tasks
+from mcptasks.tasks import lifecycle
+from mcptasks.worker.execution import run_task
 from tests.support.legacy import CAPS, RELATED, DjangoLegacy
 from tests.support.rpc import FULL_CAPS
 
@@ -278,7 +279,7 @@ def test_cancel_moves_to_cancelled_before_answering(mcp):
 
 
 def test_tasks_list_pages_with_an_opaque_cursor(mcp, monkeypatch):
-    monkeypatch.setattr(legacy, "LIST_PAGE_SIZE", 2)
+    monkeypatch.setattr(legacy_tasks, "LIST_PAGE_SIZE", 2)
     created = [mcp.create_task("slow_compute", {"seconds": 0, "label": str(i)}) for i in range(5)]
     seen, cursors, cursor = [], [], None
     while True:
@@ -441,8 +442,8 @@ def test_the_modern_wire_is_unchanged(rpc):
 
 
 def test_status_changes_of_legacy_tasks_are_forwarded_to_their_session(mcp, monkeypatch):
-    from mcptasks import notify
-    from mcptasks.wire import legacy_sessions
+    from mcptasks.notify import fabric as notify
+    from mcptasks.protocol.legacy import sessions as legacy_sessions
 
     sent: list[tuple[str, dict]] = []
     monkeypatch.setattr(notify.publisher, "publish", lambda group, payload: sent.append((group, payload)))

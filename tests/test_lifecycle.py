@@ -9,9 +9,9 @@ from django.utils import timezone
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mcptasks import lifecycle
 from mcptasks.conf import settings as mcp_settings
 from mcptasks.models import InputRequest, InputRequestState, Task, TaskEvent, TaskStatus
+from mcptasks.tasks import lifecycle
 from tests.support.factories import (
     WORKER,
     cancelled_task,

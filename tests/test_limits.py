@@ -33,9 +33,10 @@ from typing import Any
 import pytest
 from django.core.cache import caches
 
-from mcptasks import lifecycle
-from mcptasks.limits import throttle_cache
+from mcptasks.conf import settings as mcp_settings
 from mcptasks.models import InputRequest, InputRequestState, Task, TaskStatus
+from mcptasks.protocol.limits import throttle_cache
+from mcptasks.tasks import lifecycle
 from tests.reliability.fixtures import private_services  # noqa: F401 (a fixture, for the live tests)
 from tests.support import postgres_only
 from tests.support.factories import accept, running_task, waiting_task
@@ -519,7 +520,7 @@ def test_default_ttl_is_clamped_to_the_maximum(rpc, limit):
 
 
 def test_a_tools_ttl_is_clamped_to_the_maximum(rpc, limit):
-    from mcptasks.registry import registry, tool
+    from mcptasks.tools.registry import registry, tool
 
     limit(MAX_TTL_MS=60_000)
 
@@ -536,7 +537,7 @@ def test_a_tools_ttl_is_clamped_to_the_maximum(rpc, limit):
 
 def test_clamp_ttl():
     assert lifecycle.clamp_ttl(None) >= 0
-    assert lifecycle.clamp_ttl(10**15) == lifecycle.settings.MAX_TTL_MS
+    assert lifecycle.clamp_ttl(10**15) == mcp_settings.MAX_TTL_MS
     assert lifecycle.clamp_ttl(-5) == 0
     assert lifecycle.clamp_ttl(1234) == 1234
 

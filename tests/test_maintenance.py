@@ -10,8 +10,8 @@ from django.core.management import call_command
 from django.db import connection
 from django.utils import timezone
 
-from mcptasks import lifecycle
 from mcptasks.models import InputRequest, Task, TaskEvent, TaskStatus
+from mcptasks.tasks import lifecycle
 from tests.support.factories import (
     WORKER,
     completed_task,
@@ -180,6 +180,7 @@ def expire(*tasks: Task) -> None:
     Task.objects.filter(pk__in=[t.id for t in tasks]).update(expires_at=timezone.now() - timedelta(minutes=1))
 
 
+@pytest.mark.usefixtures("transition_paths")
 def test_purge_deletes_expired_terminal_tasks_with_their_rows():
     done = completed_task()
     waiting = waiting_task()
@@ -192,6 +193,7 @@ def test_purge_deletes_expired_terminal_tasks_with_their_rows():
     assert not InputRequest.objects.filter(task_id=waiting.id).exists()
 
 
+@pytest.mark.usefixtures("transition_paths")
 def test_purge_never_deletes_an_active_task():
     running = running_task()
     waiting = waiting_task()
@@ -201,6 +203,7 @@ def test_purge_never_deletes_an_active_task():
     assert Task.objects.count() == 3
 
 
+@pytest.mark.usefixtures("transition_paths")
 def test_purge_dry_run_counts_only():
     tasks = [completed_task() for _ in range(3)]
     expire(*tasks)
@@ -208,6 +211,7 @@ def test_purge_dry_run_counts_only():
     assert Task.objects.count() == 3
 
 
+@pytest.mark.usefixtures("transition_paths")
 def test_purge_works_in_batches():
     tasks = [completed_task() for _ in range(10)]
     expire(*tasks)
@@ -220,7 +224,7 @@ def test_purge_works_in_batches():
 def test_purge_pauses_between_full_batches(monkeypatch, settings):
     """A long purge leaves the database to the requests between batches; a
     batch that found the last rows ends it without a pause."""
-    from mcptasks import lifecycle as module
+    from mcptasks.tasks import maintenance as module
 
     settings.MCPTASKS = {**settings.MCPTASKS, "PURGE_PAUSE_SECONDS": 0.25}
     pauses: list[float] = []

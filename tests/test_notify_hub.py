@@ -12,7 +12,7 @@ import uuid
 from channels_redis.core import RedisChannelLayer
 from django.test import override_settings
 
-from mcptasks import notify
+from mcptasks.notify import fabric as notify
 from tests.support.live import DEFAULT_REDIS_URL
 
 REDIS_URL = os.environ.get("MCPTASKS_TEST_REDIS_URL", DEFAULT_REDIS_URL)

@@ -20,8 +20,8 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from mcptasks import lifecycle
 from mcptasks.models import TERMINAL_STATUSES, InputRequest, InputRequestState, Task, TaskEvent, TaskStatus
+from mcptasks.tasks import lifecycle
 from tests.support import postgres_only
 from tests.support.factories import WORKER, accept, running_task, waiting_task
 

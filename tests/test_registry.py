@@ -8,9 +8,9 @@ import pytest
 from pydantic import Field
 
 from mcptasks import ToolContext
-from mcptasks import registry as registry_module
 from mcptasks.errors import INVALID_PARAMS, InvalidParams
-from mcptasks.registry import tool
+from mcptasks.tools import registry as registry_module
+from mcptasks.tools.registry import tool
 from tests.support.schemas import assert_valid
 
 RegistryClass = getattr(registry_module, "Registry", None) or registry_module.ToolRegistry
@@ -162,7 +162,7 @@ def test_registration_bumps_the_version(reg):
 
 
 def test_demo_tools_are_registered_with_their_task_modes():
-    from mcptasks.registry import registry
+    from mcptasks.tools.registry import registry
 
     modes = {name: registry.get(name).task for name in ("greet", "slow_compute", "failing_job", "protocol_error_job")}
     assert modes["greet"] == "never"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from mcptasks import lifecycle
 from mcptasks.models import InputRequest, InputRequestState, Task, TaskEvent, TaskStatus
+from mcptasks.tasks import lifecycle
 from tests.support.factories import WORKER, accept, cancelled_task, transitions, waiting_task
 
 pytestmark = pytest.mark.django_db

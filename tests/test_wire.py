@@ -15,8 +15,8 @@ import re
 
 import pytest
 
-from mcptasks import lifecycle
 from mcptasks.models import InputRequest, InputRequestState, Task, TaskStatus
+from mcptasks.tasks import lifecycle
 from tests.support.factories import WORKER, accept, completed_task, failed_task, running_task, waiting_task
 from tests.support.rpc import FULL_CAPS, NO_CAPS, PROTOCOL_VERSION, TASKS_CAPS, TASKS_EXT, build_meta
 from tests.support.schemas import assert_create_task_result, assert_detailed_task, assert_valid_message

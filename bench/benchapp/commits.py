@@ -24,9 +24,10 @@ import os
 import time
 from typing import Any
 
-from mcptasks import notify, signals
+from mcptasks import signals
 from mcptasks.models import Task
-from mcptasks.wire.modern import iso
+from mcptasks.notify import fabric as notify
+from mcptasks.protocol.shapes import change_stamp, iso
 
 _fd: dict[int, int] = {}
 
@@ -43,7 +44,7 @@ def stamp(*, task_id: str, task: Task | None = None, kind: str = "", **_: Any) -
     now = time.time()
     if task is None:
         return
-    at = int(task.updated_at.timestamp() * 1_000_000)  # what the published message carries as "at"
+    at = change_stamp(task)  # what the published message carries as "at"
     _write(
         [
             "commit",

@@ -7,7 +7,7 @@ import time
 
 from mcptasks import ToolContext, ToolError, ToolResult, audio, elicitation, image, roots, sampling, text, tool
 from mcptasks.errors import INTERNAL_ERROR, MissingCapability, ProtocolError
-from mcptasks.registry import prompt, resource, resource_template
+from mcptasks.tools.registry import prompt, resource, resource_template
 
 PNG_1X1 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg=="
 WAV_TINY = "UklGRiYAAABXQVZFZm10IBAAAAABAAEAQB8AAAB9AAACABAAZGF0YQIAAAA="
@@ -391,7 +391,7 @@ def _dynamic_tool() -> str:
 
 @tool(description="Adds or removes a tool, so that list-changed notifications go out.")
 def test_trigger_tool_change() -> str:
-    from mcptasks.registry import registry
+    from mcptasks.tools.registry import registry
 
     if "dynamic_tool" in registry:
         registry.unregister("dynamic_tool")
@@ -402,7 +402,7 @@ def test_trigger_tool_change() -> str:
 
 @tool(description="Adds or removes a prompt, so that list-changed notifications go out.")
 def test_trigger_prompt_change() -> str:
-    from mcptasks.registry import registry
+    from mcptasks.tools.registry import registry
 
     if "dynamic_prompt" in registry.prompts:
         registry.remove_prompt("dynamic_prompt")

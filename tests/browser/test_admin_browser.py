@@ -11,7 +11,6 @@ again). Screenshots of the change list and the detail page are saved to
 from __future__ import annotations
 
 import re
-import time
 from typing import Any
 
 import pytest
@@ -19,18 +18,9 @@ import pytest
 from tests.browser.conftest import ADMIN_PASSWORD, ADMIN_USER, AdminSite, artifacts_dir
 from tests.support import postgres_only
 from tests.support.rpc import HttpRpc
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.live, postgres_only.LIVE_STACK]
-
-
-def wait_until(check: Any, *, timeout: float = 30, interval: float = 0.1, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_operator_cancels_a_running_task_in_the_admin(admin_site: AdminSite, page: Any) -> None:

@@ -14,28 +14,23 @@ from __future__ import annotations
 import contextlib
 import os
 import random
-import secrets
 import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from tests.support.live import (
     LIVE_SETTINGS,
     LiveStack,
-    base_env,
-    create_database,
-    free_port,
     kill_group,
+    new_stack,
     tail,
     wait_http,
-    with_database,
 )
+from tests.support.waiting import wait_until as wait_until
 
 #: Recovery in seconds, not minutes: a lapsed lease or a lost message is seen
 #: within about two seconds by a sweep that runs every second.
@@ -226,38 +221,18 @@ def start_chaos_stack(
 ) -> ChaosStack:
     """Create and migrate a database on ``database_url``'s server and start
     web, tool workers and (with ``sweeper``) beat plus the sweeper worker."""
-    tag = f"{os.getpid()}_{secrets.token_hex(3)}"
-    db_name = f"mcptasks_chaos_{tag}"
-    live_db = with_database(database_url, db_name)
-    queue = f"mcptasks-chaos-{tag}"
-    port = free_port()
-    env = base_env(
-        {
-            **CHAOS_SETTINGS,
-            **dict(settings or {}),
-            "DATABASE_URL": live_db,
-            "CELERY_BROKER_URL": redis_url,
-            "REDIS_URL": redis_url,
-            "MCP_CELERY_QUEUE": queue,
-        }
-    )
-    log_dir.mkdir(parents=True, exist_ok=True)
-    stack = ChaosStack(
-        url=f"http://127.0.0.1:{port}/mcp",
-        port=port,
-        database_url=live_db,
-        db_name=db_name,
-        broker_url=redis_url,
-        queue=queue,
-        env=env,
-        log_dir=log_dir,
+    stack = new_stack(
+        ChaosStack,
+        log_dir,
+        database_url=database_url,
+        redis_url=redis_url,
+        settings={**CHAOS_SETTINGS, **dict(settings or {})},
+        name="chaos",
         workers=workers,
         concurrency=concurrency,
         web_workers=web_workers,
     )
-    create_database(database_url, db_name)
     try:
-        stack.manage("migrate", "--noinput", timeout=300)
         stack.start_workers()
         if sweeper:
             stack.start_maintenance()
@@ -266,18 +241,3 @@ def start_chaos_stack(
         stack.stop()
         raise
     return stack
-
-
-def wait_until(
-    predicate: Any, timeout: float, interval: float = 0.2, what: str = "condition", explain: Any = None
-) -> Any:
-    """Wait for ``predicate``; past ``timeout``, fail with ``explain()``'s account of why."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            why = f"\n{explain()}" if explain is not None else ""
-            raise AssertionError(f"{what} not reached within {timeout}s{why}")
-        time.sleep(interval)

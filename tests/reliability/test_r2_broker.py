@@ -19,7 +19,7 @@ What must hold (see docs/reliability.md, "Broker outage"):
 Workers used to stop consuming here: kombu's Redis transport failed with
 ``AttributeError`` while closing a broken connection that held unacknowledged
 messages, Celery took it as unrecoverable, and the process lived on without
-consuming. ``mcptasks.brokers`` turns that into a connection error, from which
+consuming. ``mcptasks.worker.brokers`` turns that into a connection error, from which
 Celery reconnects; this test is where that fix is held to account.
 """
 

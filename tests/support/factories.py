@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from mcptasks import lifecycle
 from mcptasks.models import TERMINAL_STATUSES, Task, TaskEvent
+from mcptasks.tasks import lifecycle
 
 WORKER = "test-host:1:worker"
 

@@ -20,7 +20,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -244,6 +244,57 @@ def drop_database(database_url: str, name: str) -> None:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+Stack = TypeVar("Stack", bound="LiveStack")
+
+
+def new_stack(
+    stack_type: type[Stack],
+    log_dir: Path,
+    *,
+    database_url: str,
+    redis_url: str,
+    settings: Mapping[str, str],
+    name: str,
+    **fields: Any,
+) -> Stack:
+    """A stack with a database name, Celery queue and port of its own, and its
+    processes' environment; its database is created and migrated. ``name``
+    tells stacks apart in database and queue names."""
+    tag = f"{os.getpid()}_{secrets.token_hex(3)}"
+    db_name = f"mcptasks_{name}_{tag}"
+    live_db = with_database(database_url, db_name)
+    queue = f"mcptasks-{'test' if name == 'live' else name}-{tag}"
+    port = free_port()
+    env = base_env(
+        {
+            **settings,
+            "DATABASE_URL": live_db,
+            "CELERY_BROKER_URL": redis_url,
+            "REDIS_URL": redis_url,
+            "MCP_CELERY_QUEUE": queue,
+        }
+    )
+    log_dir.mkdir(parents=True, exist_ok=True)
+    stack = stack_type(
+        url=f"http://127.0.0.1:{port}/mcp",
+        port=port,
+        database_url=live_db,
+        db_name=db_name,
+        broker_url=redis_url,
+        queue=queue,
+        env=env,
+        log_dir=log_dir,
+        **fields,
+    )
+    create_database(database_url, db_name)
+    try:
+        stack.manage("migrate", "--noinput", timeout=300)
+    except BaseException:
+        drop_database(database_url, db_name)
+        raise
+    return stack
+
+
 def start_stack(
     log_dir: Path,
     *,
@@ -258,35 +309,16 @@ def start_stack(
     """
     base_url = database_url or os.environ.get("DATABASE_URL", DEFAULT_DATABASE_URL)
     broker = redis_url or os.environ.get("MCPTASKS_TEST_REDIS_URL", DEFAULT_REDIS_URL)
-    tag = f"{os.getpid()}_{secrets.token_hex(3)}"
-    db_name = f"mcptasks_live_{tag}"
-    live_db = with_database(base_url, db_name)
-    queue = f"mcptasks-test-{tag}"
-    port = free_port()
-    env = base_env(
-        {
-            **LIVE_SETTINGS,
-            **dict(settings or {}),
-            "DATABASE_URL": live_db,
-            "CELERY_BROKER_URL": broker,
-            "REDIS_URL": broker,
-            "MCP_CELERY_QUEUE": queue,
-        }
+    stack = new_stack(
+        LiveStack,
+        log_dir,
+        database_url=base_url,
+        redis_url=broker,
+        settings={**LIVE_SETTINGS, **dict(settings or {})},
+        name="live",
     )
-    log_dir.mkdir(parents=True, exist_ok=True)
-    stack = LiveStack(
-        url=f"http://127.0.0.1:{port}/mcp",
-        port=port,
-        database_url=live_db,
-        db_name=db_name,
-        broker_url=broker,
-        queue=queue,
-        env=env,
-        log_dir=log_dir,
-    )
-    create_database(base_url, db_name)
+    port, queue = stack.port, stack.queue
     try:
-        stack.manage("migrate", "--noinput", timeout=300)
         web = stack.start(
             "web",
             [
@@ -332,7 +364,7 @@ def start_stack(
         wait_http(stack.url, web, log_dir / "web.log")
     except BaseException:
         stack.stop()
-        drop_database(base_url, db_name)
+        drop_database(base_url, stack.db_name)
         raise
     return stack
 

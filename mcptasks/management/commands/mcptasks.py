@@ -18,10 +18,10 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import Count, Min
 from django.utils import timezone
 
-from mcptasks import lifecycle
 from mcptasks.conf import settings
 from mcptasks.models import ACTIVE_STATUSES, TERMINAL_STATUSES, InputRequestState, Task, TaskStatus
-from mcptasks.wire.modern import detailed_task
+from mcptasks.protocol.shapes import detailed_task
+from mcptasks.tasks import lifecycle
 
 #: Task ids are URL-safe base64 and so may start with "-", which argparse
 #: would take for an option.
@@ -113,8 +113,8 @@ class Command(BaseCommand):
     def do_run(
         self, *, host: str, port: int, concurrency: int, pool: str, asgi: str | None, celery_app: str | None, **_: Any
     ) -> None:
-        from mcptasks.discovery import find_asgi_application, find_celery_app, module_exists
-        from mcptasks.runner import run
+        from mcptasks.worker.discovery import find_asgi_application, find_celery_app, module_exists
+        from mcptasks.worker.runner import run
 
         if not module_exists("uvicorn"):
             raise CommandError(

@@ -1,0 +1,337 @@
+"""The notification fabric: committed task changes, pushed through the Channels
+layer to whoever listens (``subscriptions/listen`` streams, legacy session
+streams, blocked ``tasks/result`` calls).
+
+Publishing happens after commit, from any process that changes a task (web,
+worker, admin, commands). Each message carries the task as it was committed by
+that change, so a listener sees every transition, not just the latest state.
+Within a process, publishes leave in commit order through a single queue.
+
+Polling never depends on this: a lost notification only costs latency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import AsyncIterator, Iterable
+from typing import Any
+
+from channels.layers import get_channel_layer
+
+from ..conf import settings
+
+logger = logging.getLogger("mcptasks.notify")
+
+TOOLS_GROUP = "mcptasks.tools-changed"
+PROMPTS_GROUP = "mcptasks.prompts-changed"
+MESSAGE_TYPE = "mcptasks.event"
+
+
+def task_group(task_id: str) -> str:
+    return f"mcptasks.task.{task_id}"
+
+
+class _Publisher:
+    """Sends messages to the channel layer, in order, from sync code.
+
+    Messages go through one asyncio queue per loop: the web process's own loop
+    when it has one (so in-memory layers work and connections are reused), or
+    a private background loop otherwise (workers, commands).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._home_loop: asyncio.AbstractEventLoop | None = None
+        self._private_loop: asyncio.AbstractEventLoop | None = None
+        self._queues: dict[asyncio.AbstractEventLoop, asyncio.Queue[tuple[str, dict[str, Any]]]] = {}
+
+    def adopt_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Called from a listener: this process serves streams on ``loop``."""
+        with self._lock:
+            if self._home_loop is None or self._home_loop.is_closed():
+                self._home_loop = loop
+
+    def _loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._home_loop is not None and not self._home_loop.is_closed():
+                return self._home_loop
+            if self._private_loop is None:
+                loop = asyncio.new_event_loop()
+                threading.Thread(target=loop.run_forever, name="mcptasks-publisher", daemon=True).start()
+                self._private_loop = loop
+            return self._private_loop
+
+    def publish(self, group: str, payload: dict[str, Any]) -> None:
+        if get_channel_layer() is None:
+            return
+        loop = self._loop()
+        loop.call_soon_threadsafe(self._enqueue, loop, group, payload)
+
+    def _enqueue(self, loop: asyncio.AbstractEventLoop, group: str, payload: dict[str, Any]) -> None:
+        queue = self._queues.get(loop)
+        if queue is None:
+            queue = self._queues[loop] = asyncio.Queue()
+            loop.create_task(self._drain(queue))
+        queue.put_nowait((group, payload))
+
+    async def _drain(self, queue: asyncio.Queue[tuple[str, dict[str, Any]]]) -> None:
+        layer = get_channel_layer()
+        while True:
+            group, payload = await queue.get()
+            message = {"type": MESSAGE_TYPE, "group": group, **payload}
+            if "task_id" in payload and "at" in payload:
+                # Listeners on this loop hear a change at once, not after a trip
+                # through the layer that a later change committed elsewhere (a
+                # worker's) could overtake; the copy the layer brings back is
+                # dropped as already seen (TaskOrder).
+                _deliver_locally(message)
+            try:
+                await layer.group_send(group, message)
+            except Exception:  # a layer outage must not stop later messages
+                logger.warning("could not publish to %s", group, exc_info=True)
+
+
+publisher = _Publisher()
+
+
+def publish_task(task_id: str, payload: dict[str, Any]) -> None:
+    publisher.publish(task_group(task_id), {"task_id": task_id, **payload})
+
+
+_LIST_METHODS = {
+    TOOLS_GROUP: "notifications/tools/list_changed",
+    PROMPTS_GROUP: "notifications/prompts/list_changed",
+}
+
+
+def publish_list_changed(group: str) -> None:
+    publisher.publish(group, {"list_method": _LIST_METHODS[group]})
+
+
+def _group_of(message: dict[str, Any]) -> str | None:
+    """The group a message was sent to (publishers name it; older ones did not)."""
+    group = message.get("group")
+    if group:
+        return group
+    if "task_id" in message:
+        return task_group(message["task_id"])
+    return {method: group for group, method in _LIST_METHODS.items()}.get(message.get("list_method", ""))
+
+
+#: Messages a listener keeps while its stream is not reading; the oldest go first.
+LISTENER_CAPACITY = 100
+#: How long the last listener to leave waits for the receive loop to end.
+WAKE_SECONDS = 2.0
+
+
+class _Hub:
+    """Everything one event loop listens to, on one channel of the layer.
+
+    The listeners of a loop (one per stream) share that channel and a single
+    receive loop, which hands each message to the listeners of its group. A
+    group is joined once however many local streams follow it, and the
+    memberships are renewed together every ``KEEPALIVE_SECONDS``. The
+    blocking receive on the layer is never cancelled while anyone listens: a
+    cancelled receive can swallow the message it was popping
+    (channels-redis's BZPOPMIN), and a stream's keep-alive timeout now only
+    waits on its own local queue.
+    """
+
+    def __init__(self, layer: Any) -> None:
+        self.layer = layer
+        self.channel: str | None = None
+        self.members: dict[str, set[Listener]] = {}
+        self._guards: dict[str, list[Any]] = {}
+        self._channel_lock = asyncio.Lock()
+        self._receiver: asyncio.Task[None] | None = None
+        self._renewer: asyncio.Task[None] | None = None
+
+    @contextlib.asynccontextmanager
+    async def _guard(self, group: str) -> AsyncIterator[None]:
+        """One membership change of ``group`` at a time (join, leave, renew)."""
+        entry = self._guards.get(group)
+        if entry is None:
+            entry = self._guards[group] = [asyncio.Lock(), 0]
+        entry[1] += 1
+        try:
+            async with entry[0]:
+                yield
+        finally:
+            entry[1] -= 1
+            if not entry[1]:
+                del self._guards[group]
+
+    async def join(self, listener: Listener) -> None:
+        async with self._channel_lock:
+            if self.channel is None:
+                self.channel = await self.layer.new_channel("mcptasks.listen.")
+        joined: list[str] = []
+        try:
+            for group in listener.groups:
+                async with self._guard(group):
+                    if group not in self.members:
+                        await self.layer.group_add(group, self.channel)
+                        self.members[group] = set()
+                    self.members[group].add(listener)
+                    joined.append(group)
+        except BaseException:
+            await self.leave(listener, joined)
+            raise
+        loop = asyncio.get_running_loop()
+        if self._receiver is None or self._receiver.done():
+            self._receiver = loop.create_task(self._receive())
+        if self._renewer is None or self._renewer.done():
+            self._renewer = loop.create_task(self._renew())
+
+    async def leave(self, listener: Listener, groups: Iterable[str]) -> None:
+        for group in groups:
+            async with self._guard(group):
+                members = self.members.get(group)
+                if members is None or listener not in members:
+                    continue
+                members.discard(listener)
+                if members:
+                    continue
+                del self.members[group]
+                try:
+                    await self.layer.group_discard(group, self.channel)
+                except Exception:
+                    logger.debug("group_discard failed", exc_info=True)
+        if not self.members:
+            if self._renewer is not None:
+                self._renewer.cancel()
+            receiver = self._receiver
+            if receiver is not None and not receiver.done():
+                # Wake the receive loop so that it ends by itself (see the class
+                # docstring), and see it end: the layer allows one receiving
+                # loop at a time, and this loop may close once the stream ends.
+                try:
+                    await self.layer.send(self.channel, {"type": "mcptasks.wake"})
+                    await asyncio.wait({receiver}, timeout=WAKE_SECONDS)
+                except Exception:
+                    logger.debug("could not wake the receive loop", exc_info=True)
+                if not receiver.done() and not self.members:
+                    receiver.cancel()
+
+    async def _receive(self) -> None:
+        while self.members:
+            try:
+                message = await self.layer.receive(self.channel)
+            except Exception as exc:
+                # The layer's own client timed out while blocking for a message
+                # (redis-py reads with a socket timeout): nothing arrived yet.
+                if "timeout" not in type(exc).__name__.lower():
+                    logger.warning("channel layer receive failed", exc_info=True)
+                    await asyncio.sleep(1.0)
+                continue
+            self.dispatch(message)
+
+    def dispatch(self, message: dict[str, Any]) -> None:
+        for listener in list(self.members.get(_group_of(message) or "", ())):
+            listener.deliver(message)
+
+    async def _renew(self) -> None:
+        """Re-join every group now and then: the layer expires memberships."""
+        while self.members:
+            await asyncio.sleep(settings.KEEPALIVE_SECONDS)
+            for group in list(self.members):
+                async with self._guard(group):
+                    if group in self.members:
+                        try:
+                            await self.layer.group_add(group, self.channel)
+                        except Exception:
+                            logger.debug("group_add failed", exc_info=True)
+
+
+_hubs_lock = threading.Lock()
+_hubs: dict[asyncio.AbstractEventLoop, _Hub] = {}
+
+
+def _deliver_locally(message: dict[str, Any]) -> None:
+    hub = _hubs.get(asyncio.get_running_loop())
+    if hub is not None:
+        hub.dispatch(message)
+
+
+def _hub(layer: Any) -> _Hub:
+    loop = asyncio.get_running_loop()
+    with _hubs_lock:
+        for gone in [other for other in _hubs if other.is_closed()]:
+            del _hubs[gone]
+        hub = _hubs.get(loop)
+        if hub is None or hub.layer is not layer:
+            hub = _hubs[loop] = _Hub(layer)
+        return hub
+
+
+class Listener:
+    """A subscription to some groups on the channel layer, for one stream.
+
+    Messages reach it through its loop's hub (:class:`_Hub`) and wait in a
+    local queue until the stream reads them."""
+
+    def __init__(self, groups: Iterable[str]) -> None:
+        self.groups = list(dict.fromkeys(groups))
+        self.layer = get_channel_layer()
+        self.channel: str | None = None
+        self._hub: _Hub | None = None
+        self._queue: asyncio.Queue[dict[str, Any]] | None = None
+
+    async def __aenter__(self) -> Listener:
+        publisher.adopt_loop(asyncio.get_running_loop())
+        if self.layer is not None:
+            self._queue = asyncio.Queue()
+            hub = _hub(self.layer)
+            await hub.join(self)
+            self._hub, self.channel = hub, hub.channel
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._hub is not None:
+            hub, self._hub = self._hub, None
+            await hub.leave(self, self.groups)
+
+    def deliver(self, message: dict[str, Any]) -> None:
+        """From the hub: a message of one of this listener's groups."""
+        assert self._queue is not None
+        if self._queue.qsize() >= LISTENER_CAPACITY:  # a stream that stopped reading
+            self._queue.get_nowait()
+        self._queue.put_nowait(message)
+
+    async def receive(self, timeout: float) -> dict[str, Any] | None:
+        """The next message, or ``None`` after ``timeout`` seconds."""
+        if self._queue is None:
+            await asyncio.sleep(timeout)
+            return None
+        try:
+            return await asyncio.wait_for(self._queue.get(), timeout)
+        except TimeoutError:
+            return None
+
+    async def messages(self, keepalive: float) -> AsyncIterator[dict[str, Any] | None]:
+        """Messages as they come; ``None`` after each idle ``keepalive`` period."""
+        while True:
+            yield await self.receive(keepalive)
+
+
+# Shutdown: streams end gracefully when the server stops.
+
+_shutdown_events: dict[asyncio.AbstractEventLoop, asyncio.Event] = {}
+
+
+def shutdown_event() -> asyncio.Event:
+    loop = asyncio.get_running_loop()
+    event = _shutdown_events.get(loop)
+    if event is None:
+        event = _shutdown_events[loop] = asyncio.Event()
+    return event
+
+
+def begin_shutdown() -> None:
+    """Ask every open stream in this process to close gracefully."""
+    for loop, event in list(_shutdown_events.items()):
+        if not loop.is_closed():
+            loop.call_soon_threadsafe(event.set)

@@ -1,0 +1,39 @@
+"""The seam through which a task's run leaves the domain for a worker.
+
+The domain asks for a run with ``enqueue_run(task_id)`` after commit; it
+never imports the worker. The runtime that can send runs (Celery, in
+``mcptasks.worker.dispatch``) installs itself here when the app is ready,
+the same way notification publishing connects to ``mcptasks.signals``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from django.db import transaction
+
+logger = logging.getLogger("mcptasks.runtime")
+
+#: Sends one run of the task; returns whether the message was published.
+Sender = Callable[[str], bool]
+
+_sender: Sender | None = None
+
+
+def install(sender: Sender) -> None:
+    global _sender
+    _sender = sender
+
+
+def enqueue_run(task_id: str) -> bool:
+    """Send a run of ``task_id`` to a worker. ``False`` when it could not be
+    sent: the row is durable, and the sweeper re-enqueues it later."""
+    if _sender is None:
+        logger.warning("no runtime installed to run task %s; the sweeper will retry", task_id)
+        return False
+    return _sender(task_id)
+
+
+def enqueue_after_commit(task_id: str) -> None:
+    transaction.on_commit(lambda: enqueue_run(task_id))

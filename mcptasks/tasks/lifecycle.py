@@ -1,0 +1,54 @@
+"""The domain's API: every function that creates a task or changes its state.
+
+Views, the admin, management commands and workers all call these. Each
+successful change writes a ``TaskEvent`` and, once committed, sends
+``signals.task_changed`` and logs a structured line (see ``events``).
+
+The code lives by concern: ``creation`` (with the per-owner quota),
+``transitions`` (the guarded status changes), ``runs`` (a worker's lease),
+``maintenance`` (sweeper and purge) and ``operator`` (retry and audit).
+"""
+
+from __future__ import annotations
+
+from .creation import QUOTA_LOCK_MARGIN, Answer, TooManyActiveTasks, clamp_ttl, create_task
+from .events import SYSTEM, EventKind, client_actor, operator_actor, worker_actor
+from .maintenance import REDISPATCH_BACKOFF_MAX_FACTOR, SweepReport, expire_now, purge_expired, sweep
+from .operator import RETRYABLE_STATUSES, audit_logger, note_result_retrieved, retry, retry_refusal
+from .runs import Run, claim, heartbeat, release, set_status_message, start_run
+from .transitions import cancel, complete, fail, finish_run, request_input, submit_input
+
+__all__ = [
+    "QUOTA_LOCK_MARGIN",
+    "REDISPATCH_BACKOFF_MAX_FACTOR",
+    "RETRYABLE_STATUSES",
+    "SYSTEM",
+    "Answer",
+    "EventKind",
+    "Run",
+    "SweepReport",
+    "TooManyActiveTasks",
+    "audit_logger",
+    "cancel",
+    "claim",
+    "clamp_ttl",
+    "client_actor",
+    "complete",
+    "create_task",
+    "expire_now",
+    "fail",
+    "finish_run",
+    "heartbeat",
+    "note_result_retrieved",
+    "operator_actor",
+    "purge_expired",
+    "release",
+    "request_input",
+    "retry",
+    "retry_refusal",
+    "set_status_message",
+    "start_run",
+    "submit_input",
+    "sweep",
+    "worker_actor",
+]

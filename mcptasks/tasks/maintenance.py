@@ -1,0 +1,189 @@
+"""Maintenance: the sweeper that recovers lost runs, the purge of expired
+tasks (one statement on Postgres, beside its ORM twin), and expiring a task
+at once."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import connection, models, transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from ..conf import settings
+from ..errors import INTERNAL_ERROR
+from ..models import ACTIVE_STATUSES, TERMINAL_STATUSES, InputRequest, Task, TaskEvent, TaskStatus
+from . import dispatch, sql
+from .events import SYSTEM, EventKind, record_event
+from .transitions import cancel_in_transaction, fail
+
+
+@dataclass
+class SweepReport:
+    redispatched: int = 0
+    failed: int = 0
+
+
+def sweep(*, dry_run: bool = False, limit: int = 500) -> SweepReport:
+    """Recover runs lost to dead workers or lost messages.
+
+    * ``working`` with a lapsed lease: its worker died. Re-enqueue it, or fail
+      it once its attempts are used up.
+    * ``working`` with no lease, dispatched longer ago than the grace period:
+      its message was lost between commit and publish. Re-enqueue it. The
+      grace doubles with each re-enqueue since the task last started a run
+      (see ``_unclaimed_due``), so a backlog is not re-enqueued at every sweep.
+    """
+    now = timezone.now()
+    report = SweepReport()
+    lapsed = list(
+        Task.objects.filter(status=TaskStatus.WORKING, lease_expires_at__lt=now).values_list("id", "attempts")[:limit]
+    )
+    unclaimed = _unclaimed_due(now, limit)
+    for task_id, attempts in lapsed + unclaimed:
+        if attempts >= settings.MAX_ATTEMPTS:
+            report.failed += 1
+            if not dry_run:
+                fail(
+                    task_id,
+                    {"code": INTERNAL_ERROR, "message": f"Task abandoned: its worker was lost {attempts} times."},
+                    actor=SYSTEM,
+                    # Only while still stuck: a run that renewed its lease meanwhile is alive.
+                    only_if=Q(lease_expires_at__lt=now) | Q(lease_expires_at__isnull=True),
+                )
+            continue
+        report.redispatched += 1
+        if dry_run:
+            continue
+        with transaction.atomic():
+            # Guarded: only if it is still the stuck run we saw.
+            moved = (
+                Task.objects.filter(pk=task_id, status=TaskStatus.WORKING)
+                .filter(Q(lease_expires_at__lt=now) | Q(lease_expires_at__isnull=True))
+                .update(lease_owner="", lease_expires_at=None, dispatched_at=now)
+            )
+            if moved:
+                record_event(task_id, EventKind.REDISPATCHED, SYSTEM, now=now, detail={"attempts": attempts})
+                transaction.on_commit(lambda tid=task_id: dispatch.enqueue_run(tid))
+    return report
+
+
+#: The dispatch grace doubles with each re-enqueue of a task that nobody
+#: claimed, up to this factor (16 x ``DISPATCH_GRACE_SECONDS``).
+REDISPATCH_BACKOFF_MAX_FACTOR = 16
+
+
+def _unclaimed_due(now: datetime, limit: int) -> list[tuple[str, int]]:
+    """``working`` tasks with no lease whose re-enqueue is due, oldest first.
+
+    A task's message may be lost (re-enqueue it after ``DISPATCH_GRACE_SECONDS``)
+    or only waiting behind a backlog longer than the grace; the sweeper cannot
+    tell the two apart. So the wait grows with each re-enqueue since the task
+    last started a run: ``grace * 2**n`` (capped), where ``n`` counts its
+    ``redispatched`` events after its last ``run_started``. The count comes
+    from the audit trail, for the candidate rows only.
+    """
+    grace = settings.DISPATCH_GRACE_SECONDS
+    # Rows still backing off may fill the first ``limit``: look a little further.
+    candidates = list(
+        Task.objects.filter(status=TaskStatus.WORKING, lease_expires_at__isnull=True)
+        .filter(Q(dispatched_at__lt=now - timedelta(seconds=grace)) | Q(dispatched_at__isnull=True))
+        .order_by(F("dispatched_at").asc(nulls_first=True), "id")
+        .values_list("id", "attempts", "dispatched_at")[: limit * 4]
+    )
+    if not candidates:
+        return []
+    since_run: dict[str, int] = {}
+    events = (
+        TaskEvent.objects.filter(
+            task_id__in=[c[0] for c in candidates], kind__in=(EventKind.RUN_STARTED, EventKind.REDISPATCHED)
+        )
+        .order_by("at", "id")
+        .values_list("task_id", "kind")
+    )
+    for task_id, kind in events:
+        since_run[task_id] = 0 if kind == EventKind.RUN_STARTED else since_run.get(task_id, 0) + 1
+    due: list[tuple[str, int]] = []
+    for task_id, attempts, dispatched_at in candidates:
+        factor = min(2 ** since_run.get(task_id, 0), REDISPATCH_BACKOFF_MAX_FACTOR)
+        if dispatched_at is None or dispatched_at < now - timedelta(seconds=grace * factor):
+            due.append((task_id, attempts))
+            if len(due) == limit:
+                break
+    return due
+
+
+def purge_expired(*, batch_size: int | None = None, dry_run: bool = False, max_batches: int | None = None) -> int:
+    """Delete terminal tasks past their TTL, a batch at a time so that polls
+    never wait on a long delete. A running task is never expired."""
+    size = batch_size or settings.PURGE_BATCH_SIZE
+    expired = Task.objects.filter(status__in=TERMINAL_STATUSES, expires_at__lt=timezone.now())
+    if dry_run:
+        return expired.count()
+    delete_batch = _delete_expired_batch_sql if sql.single_statement() else _delete_expired_batch_orm
+    total = 0
+    batches = 0
+    while max_batches is None or batches < max_batches:
+        with transaction.atomic():
+            deleted = delete_batch(expired, size)
+        if not deleted:
+            break
+        total += deleted
+        batches += 1
+        if deleted == size and settings.PURGE_PAUSE_SECONDS:
+            time.sleep(settings.PURGE_PAUSE_SECONDS)
+    return total
+
+
+def _delete_expired_batch_orm(expired: Any, size: int) -> int:
+    ids = list(expired.order_by("expires_at").values_list("id", flat=True)[:size])
+    if not ids:
+        return 0
+    InputRequest.objects.filter(task_id__in=ids).delete()
+    TaskEvent.objects.filter(task_id__in=ids).delete()
+    return Task.objects.filter(pk__in=ids, status__in=TERMINAL_STATUSES).delete()[1].get("mcptasks.Task", 0)
+
+
+def _delete_expired_batch_sql(expired: Any, size: int) -> int:
+    """One statement: the batch's rows and every row that refers to them.
+
+    Django's delete collector would first load each doomed task, with its
+    arguments and result, to cascade in Python. Rows some other transaction
+    holds (an outcome being marked read) are skipped, not waited for.
+    """
+    doomed_sql, params = expired.order_by("expires_at").values("pk")[:size].query.sql_with_params()
+    quote = connection.ops.quote_name
+    task_table = quote(Task._meta.db_table)
+    referrers = [
+        (quote(rel.related_model._meta.db_table), quote(rel.field.column))
+        for rel in Task._meta.related_objects
+        if rel.on_delete is models.CASCADE
+    ]
+    deletes = "".join(
+        f", gone_{n} AS (DELETE FROM {table} WHERE {column} IN (SELECT pk FROM doomed))"
+        for n, (table, column) in enumerate(referrers)
+    )
+    statement = (
+        f"WITH doomed AS ({doomed_sql} FOR UPDATE SKIP LOCKED){deletes} "
+        f"DELETE FROM {task_table} WHERE {quote(Task._meta.pk.column)} IN (SELECT pk FROM doomed)"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
+        return cursor.rowcount
+
+
+def expire_now(task_id: str, *, actor: str) -> bool:
+    """Make a terminal task purgeable at once (an active one is cancelled first)."""
+    now = timezone.now()
+    with transaction.atomic():
+        status = Task.objects.select_for_update().filter(pk=task_id).values_list("status", flat=True).first()
+        if status is None:
+            return False
+        if status in ACTIVE_STATUSES:
+            cancel_in_transaction(task_id, actor=actor, reason="The task was expired by an operator.")
+        Task.objects.filter(pk=task_id, status__in=TERMINAL_STATUSES).update(expires_at=now)
+        record_event(task_id, EventKind.EXPIRED, actor, now=now)
+        return True

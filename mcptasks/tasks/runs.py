@@ -1,0 +1,130 @@
+"""A worker's runs: the claim of a lease (one statement on Postgres, beside
+its ORM twin), heartbeats, status messages and release."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import connection, transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from ..conf import settings
+from ..errors import INTERNAL_ERROR
+from ..models import InputRequest, InputRequestState, Task, TaskStatus
+from . import sql
+from .events import STATUS_MESSAGE, SYSTEM, EventKind, announce, record_event, worker_actor
+from .transitions import fail
+
+
+@dataclass(frozen=True)
+class Run:
+    """A claimed run: the task as the claim left it, and the answers its
+    earlier runs were given (key -> response)."""
+
+    task: Task
+    answers: dict[str, Any]
+
+
+def claim(task_id: str, *, worker: str) -> Task | None:
+    """Take the lease of a ``working`` task nobody holds a live lease on.
+
+    Returns the task, or ``None`` when it is terminal, waiting for input or
+    already running under a live lease elsewhere (a duplicate message).
+    """
+    run = start_run(task_id, worker=worker)
+    return run.task if run is not None else None
+
+
+def start_run(task_id: str, *, worker: str) -> Run | None:
+    """``claim``, with the recorded answers the run replays."""
+    now = timezone.now()
+    lease = now + timedelta(seconds=settings.LEASE_SECONDS)
+    if sql.single_statement():
+        run = _claim_sql(task_id, worker=worker, now=now, lease=lease)
+    else:
+        run = _claim_orm(task_id, worker=worker, now=now, lease=lease)
+    if run is None:
+        return None
+    if run.task.attempts > settings.MAX_ATTEMPTS:
+        fail(
+            task_id,
+            {"code": INTERNAL_ERROR, "message": f"Task abandoned: its run was lost {run.task.attempts - 1} times."},
+            actor=SYSTEM,
+        )
+        return None
+    return run
+
+
+def _claim_orm(task_id: str, *, worker: str, now: datetime, lease: datetime) -> Run | None:
+    with transaction.atomic():
+        got = (
+            Task.objects.filter(pk=task_id, status=TaskStatus.WORKING)
+            .filter(Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=now))
+            .update(lease_owner=worker, lease_expires_at=lease, attempts=F("attempts") + 1)
+        )
+        if not got:
+            return None
+        task = Task.objects.get(pk=task_id)
+        record_event(task_id, EventKind.RUN_STARTED, worker_actor(worker), now=now, detail={"attempt": task.attempts})
+    answers = dict(
+        InputRequest.objects.filter(task_id=task_id, state=InputRequestState.ANSWERED).values_list("key", "response")
+    )
+    return Run(task, answers)
+
+
+def _claim_sql(task_id: str, *, worker: str, now: datetime, lease: datetime) -> Run | None:
+    names, columns = sql.task_columns()
+    t = sql.tables()
+    statement = f"""
+        WITH claimed AS (
+            UPDATE {t["task"]} SET lease_owner = %s, lease_expires_at = %s, attempts = attempts + 1
+            WHERE id = %s AND status = %s AND (lease_expires_at IS NULL OR lease_expires_at < %s)
+            RETURNING {columns}
+        ), started AS (
+            INSERT INTO {t["event"]} ({sql.event_columns()})
+            SELECT id, %s, '{EventKind.RUN_STARTED}', '', '', %s, jsonb_build_object('attempt', attempts) FROM claimed
+        )
+        SELECT claimed.*, (
+            SELECT jsonb_object_agg(key, response) FROM {t["input"]}
+            WHERE task_id = claimed.id AND state = %s
+        ) FROM claimed
+    """
+    params = [worker, lease, task_id, TaskStatus.WORKING, now, now, worker_actor(worker), InputRequestState.ANSWERED]
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    answers = row[-1]
+    if isinstance(answers, str):
+        answers = json.loads(answers)
+    return Run(Task.objects.from_row(names, row[:-1]), answers or {})
+
+
+def heartbeat(task_id: str, *, worker: str) -> bool:
+    """Renew the lease. False when the task is no longer this worker's to run."""
+    lease = timezone.now() + timedelta(seconds=settings.LEASE_SECONDS)
+    return bool(
+        Task.objects.filter(pk=task_id, status=TaskStatus.WORKING, lease_owner=worker).update(lease_expires_at=lease)
+    )
+
+
+def set_status_message(task_id: str, message: str, *, worker: str) -> bool:
+    with transaction.atomic():
+        changed = Task.objects.filter(pk=task_id, status=TaskStatus.WORKING, lease_owner=worker).update(
+            status_message=message, updated_at=timezone.now()
+        )
+        if changed:
+            announce(task_id, TaskStatus.WORKING, TaskStatus.WORKING, worker_actor(worker), STATUS_MESSAGE)
+        return bool(changed)
+
+
+def release(task_id: str, *, worker: str) -> None:
+    """Give up the lease without finishing (the worker is shutting down)."""
+    Task.objects.filter(pk=task_id, lease_owner=worker).update(
+        lease_expires_at=None, lease_owner="", attempts=F("attempts") - 1, dispatched_at=timezone.now()
+    )

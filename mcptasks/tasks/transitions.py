@@ -1,0 +1,248 @@
+"""The guarded transitions: the only code that changes a task's status.
+
+Every transition is a compare-and-set: it names the statuses it may start from,
+locks the row (Postgres), and updates it only if the status is still one of
+them. A terminal status is final. So a worker finishing while a cancel arrives,
+or two answers racing, can never break ``working <-> input_required ->
+completed | failed | cancelled``. A run's finish on Postgres is one statement
+(``_finish_run_sql``) beside its ORM twin (``_transition``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from django.db import connection, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from ..models import ACTIVE_STATUSES, TERMINAL_STATUSES, InputRequest, InputRequestState, Task, TaskEvent, TaskStatus
+from ..tools.context import validate_input_response
+from . import sql
+from .dispatch import enqueue_after_commit
+from .events import EventKind, announce, record_event, worker_actor
+
+
+def _transition(
+    task_id: str,
+    *,
+    allowed_from: Iterable[str],
+    to: str,
+    actor: str,
+    kind: str = EventKind.TRANSITION,
+    fields: Mapping[str, Any] | None = None,
+    extra_filter: Q | None = None,
+    detail: Mapping[str, Any] | None = None,
+) -> bool:
+    """Move ``task_id`` to ``to`` if its status is in ``allowed_from``.
+
+    Must run inside ``transaction.atomic``. Returns whether it moved.
+    """
+    allowed = tuple(allowed_from)
+    qs = Task.objects.select_for_update().filter(pk=task_id)
+    current = qs.values_list("status", flat=True).first()
+    if current is None or current not in allowed:
+        return False
+    now = timezone.now()
+    update = Task.objects.filter(pk=task_id, status=current)
+    if extra_filter is not None:
+        update = update.filter(extra_filter)
+    changed = update.update(status=to, updated_at=now, **dict(fields or {}))
+    if not changed:
+        return False
+    record_event(task_id, kind, actor, now=now, from_status=current, to_status=to, detail=detail)
+    if to in TERMINAL_STATUSES and current == TaskStatus.INPUT_REQUIRED:
+        # Questions are pending only while the task waits (request_input
+        # records them in the same transaction as the move to input_required).
+        InputRequest.objects.filter(task_id=task_id, state=InputRequestState.PENDING).update(
+            state=InputRequestState.WITHDRAWN
+        )
+    announce(task_id, current, to, actor, kind)
+    return True
+
+
+_CLEAR_LEASE = {"lease_owner": "", "lease_expires_at": None}
+
+
+def complete(task_id: str, result: dict[str, Any], *, worker: str, message: str = "") -> bool:
+    """The run finished with a result: the task is ``completed``."""
+    return finish_run(task_id, result, worker=worker, to=TaskStatus.COMPLETED, message=message)
+
+
+def finish_run(task_id: str, result: dict[str, Any], *, worker: str, to: str, message: str = "") -> bool:
+    """The run finished with a result, which leaves the task ``to``
+    (``completed``, or ``failed`` where the protocol era says so; see
+    ``mcptasks.protocol.eras``). The result is kept either way. Only the run
+    holding the lease may finish the task, so a run that lost its lease
+    cannot overwrite another's.
+    """
+    if to not in (TaskStatus.COMPLETED, TaskStatus.FAILED):
+        raise ValueError(f"a run cannot finish as {to!r}")
+    fields = {"result": result, "status_message": message, **_CLEAR_LEASE}
+    if sql.single_statement():
+        # From ``working`` only, so the compare-and-set needs no row read
+        # first: one UPDATE, its event and the row for listeners, one round trip.
+        return _finish_run_sql(task_id, to=to, worker=worker, fields=fields)
+    with transaction.atomic():
+        return _transition(
+            task_id,
+            allowed_from=[TaskStatus.WORKING],
+            to=to,
+            actor=worker_actor(worker),
+            extra_filter=Q(lease_owner=worker),
+            fields=fields,
+        )
+
+
+def _finish_run_sql(task_id: str, *, to: str, worker: str, fields: Mapping[str, Any]) -> bool:
+    """``working`` -> ``to`` while ``worker`` holds the lease."""
+    names, columns = sql.task_columns()
+    t = sql.tables()
+    now = timezone.now()
+    assignments = ", ".join(f"{connection.ops.quote_name(Task._meta.get_field(f).column)} = %s" for f in fields)
+    values = [sql.db_value(Task, name, value) for name, value in fields.items()]
+    actor = worker_actor(worker)
+    statement = f"""
+        WITH finished AS (
+            UPDATE {t["task"]} SET status = %s, updated_at = %s, {assignments}
+            WHERE id = %s AND status = %s AND lease_owner = %s
+            RETURNING {columns}
+        ), recorded AS (
+            INSERT INTO {t["event"]} ({sql.event_columns()})
+            SELECT id, %s, '{EventKind.TRANSITION}', %s, status, %s, %s FROM finished
+        )
+        SELECT * FROM finished
+    """
+    params = [to, now, *values, task_id, TaskStatus.WORKING, worker, now, TaskStatus.WORKING, actor]
+    params.append(sql.db_value(TaskEvent, "detail", {}))
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
+        row = cursor.fetchone()
+    if row is None:
+        return False
+    task = Task.objects.from_row(names, row)
+    announce(task_id, TaskStatus.WORKING, to, actor, EventKind.TRANSITION, task=task)
+    return True
+
+
+def fail(
+    task_id: str,
+    error: dict[str, Any],
+    *,
+    actor: str,
+    worker: str | None = None,
+    message: str = "",
+    only_if: Q | None = None,
+) -> bool:
+    """End the task ``failed`` with a JSON-RPC error. With ``worker``, only
+    while that run holds the lease; with ``only_if``, only while the row
+    still matches it."""
+    guard = Q(lease_owner=worker) if worker else None
+    if only_if is not None:
+        guard = only_if if guard is None else guard & only_if
+    with transaction.atomic():
+        return _transition(
+            task_id,
+            allowed_from=ACTIVE_STATUSES,
+            to=TaskStatus.FAILED,
+            actor=actor,
+            extra_filter=guard,
+            fields={"error": error, "status_message": message or str(error.get("message", "")), **_CLEAR_LEASE},
+        )
+
+
+def cancel(task_id: str, *, actor: str, reason: str = "") -> bool:
+    """Cancel an active task now. The running tool sees it through its context;
+    a queued run that has not started finds the task terminal and never runs."""
+    with transaction.atomic():
+        return cancel_in_transaction(task_id, actor=actor, reason=reason or "The task was cancelled.")
+
+
+def cancel_in_transaction(task_id: str, *, actor: str, reason: str) -> bool:
+    """The cancel transition; inside the caller's transaction."""
+    return _transition(
+        task_id,
+        allowed_from=ACTIVE_STATUSES,
+        to=TaskStatus.CANCELLED,
+        actor=actor,
+        fields={"cancel_requested_at": timezone.now(), "cancelled_by": actor, "status_message": reason, **_CLEAR_LEASE},
+    )
+
+
+def request_input(task_id: str, requests: Mapping[str, Mapping[str, Any]], *, worker: str, message: str = "") -> bool:
+    """A run needs answers it does not have: record the questions, move the
+    task to ``input_required`` and release the worker.
+
+    Keys already recorded keep their original request (a key never changes
+    meaning over the task's life).
+    """
+    with transaction.atomic():
+        mine = Task.objects.select_for_update().filter(pk=task_id, status=TaskStatus.WORKING, lease_owner=worker)
+        if not mine.exists():
+            return False
+        existing = set(
+            InputRequest.objects.filter(task_id=task_id, key__in=list(requests)).values_list("key", flat=True)
+        )
+        # The questions first, so that the transition's snapshot lists them.
+        InputRequest.objects.bulk_create(
+            InputRequest(task_id=task_id, key=key, method=req["method"], params=req.get("params", {}))
+            for key, req in requests.items()
+            if key not in existing
+        )
+        moved = _transition(
+            task_id,
+            allowed_from=[TaskStatus.WORKING],
+            to=TaskStatus.INPUT_REQUIRED,
+            actor=worker_actor(worker),
+            extra_filter=Q(lease_owner=worker),
+            fields={"status_message": message or "Waiting for input.", "attempts": 0, **_CLEAR_LEASE},
+            detail={"keys": sorted(requests)},
+        )
+        if not moved:
+            transaction.set_rollback(True)
+        return moved
+
+
+def submit_input(task_id: str, responses: Mapping[str, Any], *, actor: str) -> list[str]:
+    """Record answers to outstanding requests; resume the task when none is left.
+
+    Keys that are unknown, already answered or withdrawn are ignored. Returns
+    the keys accepted. Answers are applied at most once: each row moves from
+    ``pending`` under the task's row lock.
+    """
+    now = timezone.now()
+    with transaction.atomic():
+        status = Task.objects.select_for_update().filter(pk=task_id).values_list("status", flat=True).first()
+        if status not in ACTIVE_STATUSES:
+            return []
+        accepted: list[str] = []
+        pending = InputRequest.objects.filter(task_id=task_id, state=InputRequestState.PENDING)
+        matched = list(pending.filter(key__in=list(responses)))
+        for req in matched:
+            # All or nothing: one malformed answer refuses the whole update
+            # (-32602) before any is recorded.
+            validate_input_response(req.method, req.key, responses[req.key])
+        for req in matched:
+            answer = responses[req.key]
+            if InputRequest.objects.filter(pk=req.pk, state=InputRequestState.PENDING).update(
+                state=InputRequestState.ANSWERED, response=answer, answered_at=now
+            ):
+                accepted.append(req.key)
+        if not accepted:
+            return accepted
+        record_event(task_id, EventKind.INPUT, actor, now=now, detail={"keys": accepted})
+        if status == TaskStatus.INPUT_REQUIRED and not pending.exists():
+            _transition(
+                task_id,
+                allowed_from=[TaskStatus.INPUT_REQUIRED],
+                to=TaskStatus.WORKING,
+                actor=actor,
+                fields={"status_message": "", "dispatched_at": now},
+            )
+            enqueue_after_commit(task_id)
+        else:
+            # Still waiting on other answers: listeners see the shorter list.
+            Task.objects.filter(pk=task_id).update(updated_at=now)
+            announce(task_id, status, status, actor, EventKind.INPUT)
+        return accepted

@@ -1,0 +1,20 @@
+"""Waiting for a task to reach a terminal status, without holding a lock."""
+
+from __future__ import annotations
+
+import time
+
+from ..models import TERMINAL_STATUSES, Task
+
+
+def wait_for_terminal(task_id: str, timeout: float, *, interval: float = 0.02) -> Task | None:
+    """The task once terminal, or ``None`` if ``timeout`` passes first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        task = Task.objects.filter(pk=task_id).first()
+        if task is None or task.status in TERMINAL_STATUSES:
+            return task
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(min(interval, max(0.0, deadline - time.monotonic())))
+        interval = min(interval * 1.5, 0.1)

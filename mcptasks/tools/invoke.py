@@ -1,0 +1,43 @@
+"""Calling a tool: its function with the validated arguments, its outcome as a
+``CallToolResult``. Shared by inline calls (the protocol layer) and task runs
+(the worker)."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from ..errors import ProtocolError, ToolError
+from .context import ToolContext
+from .registry import Tool
+from .results import error_result, to_call_result
+
+logger = logging.getLogger("mcptasks.execution")
+
+
+def invoke(tool: Tool, ctx: ToolContext, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """Call the tool and return its ``CallToolResult``.
+
+    ``ToolError`` and unexpected exceptions become ``isError`` results (the
+    latter logged with its traceback); ``ProtocolError`` and the control-flow
+    signals propagate.
+    """
+    try:
+        value = tool.fn(ctx, **kwargs) if tool.wants_context else tool.fn(**kwargs)
+        if inspect.isawaitable(value):
+            value = asyncio.run(_await(value))
+    except ToolError as exc:
+        return error_result(exc.message, exc.content)
+    except ProtocolError:
+        raise
+    except Exception as exc:
+        logger.exception("tool %s raised", tool.name, extra={"tool": tool.name, "task_id": ctx.task_id})
+        return error_result(f"Tool '{tool.name}' failed: {type(exc).__name__}: {exc}")
+    return to_call_result(value)
+
+
+async def _await(value: Any) -> Any:
+    return await value

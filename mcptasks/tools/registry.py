@@ -1,0 +1,448 @@
+"""The tool-author API: ``@tool`` registers a function as an MCP tool.
+
+The input schema comes from the function's type hints (through pydantic), and
+arguments are validated against them before the tool runs::
+
+    from mcptasks import ToolContext, tool
+
+    @tool(task="optional", description="Add two numbers slowly.")
+    def slow_add(ctx: ToolContext, a: int, b: int = 1) -> str:
+        ctx.sleep(5)
+        return str(a + b)
+
+Task modes:
+
+* ``never``: always answered inline.
+* ``optional``: a task when the client declares the tasks extension, inline
+  otherwise.
+* ``required``: always a task; a client without the extension gets -32021.
+* ``auto``: a task when the client declares the extension, but its result is
+  returned inline if the run finishes within ``AUTO_TASK_BUDGET_SECONDS``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_type_hints
+
+import pydantic
+
+from .. import signals
+from ..errors import InvalidParams
+from .context import ToolContext
+
+TaskMode = Literal["never", "optional", "required", "auto"]
+TASK_MODES: tuple[str, ...] = ("never", "optional", "required", "auto")
+
+
+@dataclass
+class Tool:
+    name: str
+    fn: Callable[..., Any]
+    description: str
+    title: str | None
+    task: TaskMode
+    input_model: type[pydantic.BaseModel]
+    input_schema: dict[str, Any]
+    output_schema: dict[str, Any] | None
+    annotations: dict[str, Any] | None
+    ttl_ms: int | None
+    poll_interval_ms: int | None
+    wants_context: bool
+    #: ``x-mcp-header`` parameters: (header suffix, property path) pairs.
+    header_params: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    #: Runs inside tools/call until ``ctx.hand_off()`` (asking questions the
+    #: MRTR way), then continues as a task.
+    starts_inline: bool = False
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def validate_arguments(self, arguments: Any) -> dict[str, Any]:
+        """Validated keyword arguments, or ``InvalidParams`` saying what is wrong."""
+        if arguments is None:
+            arguments = {}
+        if not isinstance(arguments, dict):
+            raise InvalidParams(f"Invalid arguments for tool '{self.name}': arguments must be an object")
+        try:
+            model = self.input_model.model_validate(arguments)
+        except pydantic.ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc']) or '(root)'}: {err['msg']}" for err in exc.errors()
+            )
+            raise InvalidParams(
+                f"Invalid arguments for tool '{self.name}': {problems}",
+                {"errors": exc.errors(include_url=False, include_context=False, include_input=False)},
+            ) from None
+        return {name: getattr(model, name) for name in type(model).model_fields}
+
+    def describe(self) -> dict[str, Any]:
+        """The Tool object for ``tools/list`` (era-neutral fields)."""
+        data: dict[str, Any] = {"name": self.name, "description": self.description, "inputSchema": self.input_schema}
+        if self.title:
+            data["title"] = self.title
+        if self.output_schema is not None:
+            data["outputSchema"] = self.output_schema
+        if self.annotations:
+            data["annotations"] = self.annotations
+        if self.meta:
+            data["_meta"] = self.meta
+        return data
+
+
+def _clean_schema(node: Any) -> Any:
+    """Drop pydantic's generated titles (they repeat the names); keep
+    properties that happen to be called ``title``."""
+    if isinstance(node, list):
+        return [_clean_schema(v) for v in node]
+    if not isinstance(node, dict):
+        return node
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key == "title" and isinstance(value, str):
+            continue
+        if key in ("properties", "$defs") and isinstance(value, dict):
+            out[key] = {name: _clean_schema(sub) for name, sub in value.items()}
+        else:
+            out[key] = _clean_schema(value)
+    return out
+
+
+_TCHAR = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+
+
+def _header_params(schema: dict[str, Any], tool_name: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The ``x-mcp-header`` annotations of an input schema, checked as the
+    spec requires (token syntax, unique, primitive, reachable only through
+    ``properties``)."""
+    found: list[tuple[str, tuple[str, ...]]] = []
+
+    def walk(node: Any, path: tuple[str, ...], reachable: bool) -> None:
+        if isinstance(node, list):
+            for item in node:
+                walk(item, path, False)
+            return
+        if not isinstance(node, dict):
+            return
+        if "x-mcp-header" in node:
+            suffix = node["x-mcp-header"]
+            if not reachable or not path:
+                raise ValueError(f"tool {tool_name!r}: x-mcp-header must sit on a property reached by properties only")
+            if not isinstance(suffix, str) or not _TCHAR.match(suffix):
+                raise ValueError(f"tool {tool_name!r}: x-mcp-header {suffix!r} is not an HTTP token")
+            if node.get("type") not in ("string", "integer", "boolean"):
+                raise ValueError(f"tool {tool_name!r}: x-mcp-header needs a string, integer or boolean property")
+            found.append((suffix, path))
+        for key, value in node.items():
+            if key == "properties" and isinstance(value, dict):
+                for name, sub in value.items():
+                    walk(sub, (*path, name), reachable)
+            elif key != "x-mcp-header":
+                walk(value, path, False)
+
+    walk(schema, (), True)
+    suffixes = [suffix.lower() for suffix, _ in found]
+    if len(set(suffixes)) != len(suffixes):
+        raise ValueError(f"tool {tool_name!r}: x-mcp-header values must be unique (case-insensitively)")
+    return tuple(found)
+
+
+def _build_input_model(fn: Callable[..., Any], name: str) -> tuple[type[pydantic.BaseModel], bool]:
+    signature = inspect.signature(fn)
+    hints = get_type_hints(fn, include_extras=True)
+    params = list(signature.parameters.values())
+    wants_context = False
+    if params and (hints.get(params[0].name) is ToolContext or params[0].name == "ctx"):
+        wants_context = True
+        params = params[1:]
+    fields: dict[str, Any] = {}
+    for param in params:
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise TypeError(f"tool {name!r}: *args and **kwargs are not supported")
+        annotation = hints.get(param.name, Any)
+        default = ... if param.default is inspect.Parameter.empty else param.default
+        fields[param.name] = (annotation, default)
+    model = pydantic.create_model(  # type: ignore[call-overload]
+        f"{name}_arguments",
+        __config__=pydantic.ConfigDict(extra="forbid"),
+        **fields,
+    )
+    return model, wants_context
+
+
+@dataclass
+class Resource:
+    uri: str
+    name: str
+    description: str
+    mime_type: str | None
+    fn: Callable[..., Any]
+
+    def describe(self) -> dict[str, Any]:
+        data = {"uri": self.uri, "name": self.name, "description": self.description}
+        if self.mime_type:
+            data["mimeType"] = self.mime_type
+        return data
+
+
+@dataclass
+class ResourceTemplate:
+    uri_template: str
+    name: str
+    description: str
+    mime_type: str | None
+    fn: Callable[..., Any]
+    pattern: re.Pattern[str]
+
+    def describe(self) -> dict[str, Any]:
+        data = {"uriTemplate": self.uri_template, "name": self.name, "description": self.description}
+        if self.mime_type:
+            data["mimeType"] = self.mime_type
+        return data
+
+    def match(self, uri: str) -> dict[str, str] | None:
+        found = self.pattern.fullmatch(uri)
+        return found.groupdict() if found else None
+
+
+@dataclass
+class Prompt:
+    name: str
+    description: str
+    title: str | None
+    arguments: list[dict[str, Any]]
+    fn: Callable[..., Any]
+    wants_context: bool
+    completions: dict[str, Callable[[str], list[str]]]
+
+    def describe(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"name": self.name, "description": self.description}
+        if self.title:
+            data["title"] = self.title
+        if self.arguments:
+            data["arguments"] = self.arguments
+        return data
+
+
+def _template_pattern(template: str) -> re.Pattern[str]:
+    """A regex for a level-1 URI template: ``{name}`` matches one path segment."""
+    parts = re.split(r"\{([A-Za-z_][A-Za-z0-9_]*)\}", template)
+    regex = "".join(re.escape(part) if i % 2 == 0 else f"(?P<{part}>[^/]+)" for i, part in enumerate(parts))
+    return re.compile(regex)
+
+
+class Registry:
+    """Every tool, resource and prompt the server offers, in registration order."""
+
+    def __init__(self) -> None:
+        self._tools: dict[str, Tool] = {}
+        self.resources: dict[str, Resource] = {}
+        self.templates: list[ResourceTemplate] = []
+        self.prompts: dict[str, Prompt] = {}
+        self._lock = threading.Lock()
+        #: Bumped on every change to the tool list (list_changed uses it).
+        self.version = 0
+
+    def register(self, tool: Tool) -> Tool:
+        with self._lock:
+            if tool.name in self._tools and self._tools[tool.name].fn is not tool.fn:
+                raise ValueError(f"A tool named {tool.name!r} is already registered")
+            self._tools[tool.name] = tool
+            self.version += 1
+        signals.registry_changed.send(sender=Registry, kind="tools")
+        return tool
+
+    def unregister(self, name: str) -> None:
+        with self._lock:
+            removed = self._tools.pop(name, None) is not None
+            if removed:
+                self.version += 1
+        if removed:
+            signals.registry_changed.send(sender=Registry, kind="tools")
+
+    def add_prompt(self, prompt: Prompt) -> Prompt:
+        self.prompts[prompt.name] = prompt
+        signals.registry_changed.send(sender=Registry, kind="prompts")
+        return prompt
+
+    def remove_prompt(self, name: str) -> None:
+        if self.prompts.pop(name, None) is not None:
+            signals.registry_changed.send(sender=Registry, kind="prompts")
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def all(self) -> list[Tool]:
+        """Tools in registration order: stable, so clients can cache the list."""
+        return list(self._tools.values())
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._tools
+
+    def find_resource(self, uri: str) -> tuple[Callable[..., Any], dict[str, str], str | None] | None:
+        if uri in self.resources:
+            res = self.resources[uri]
+            return res.fn, {}, res.mime_type
+        for template in self.templates:
+            params = template.match(uri)
+            if params is not None:
+                return template.fn, params, template.mime_type
+        return None
+
+
+registry = Registry()
+
+
+def tool(
+    fn: Callable[..., Any] | None = None,
+    *,
+    name: str | None = None,
+    title: str | None = None,
+    description: str | None = None,
+    task: TaskMode = "never",
+    ttl_ms: int | None = None,
+    poll_interval_ms: int | None = None,
+    annotations: dict[str, Any] | None = None,
+    output_schema: dict[str, Any] | None = None,
+    input_schema: dict[str, Any] | None = None,
+    meta: dict[str, Any] | None = None,
+    starts_inline: bool = False,
+    registry: Registry = registry,
+) -> Any:
+    """Register ``fn`` as a tool. Usable bare (``@tool``) or with options.
+
+    ``starts_inline`` tools run within the ``tools/call`` request until they
+    call ``ctx.hand_off()``, asking any questions there the MRTR way, and
+    continue as a task from that point (without the extension, or in ``never``
+    mode, they simply run to the end inline).
+
+    ``input_schema`` replaces the schema derived from the type hints for
+    display only (for example, to add ``x-mcp-header``); arguments are still
+    validated against the hints.
+    """
+    if task not in TASK_MODES:
+        raise ValueError(f"task must be one of {TASK_MODES}, not {task!r}")
+
+    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+        tool_name = name or func.__name__
+        model, wants_context = _build_input_model(func, tool_name)
+        schema = input_schema or _clean_schema(model.model_json_schema())
+        schema.setdefault("type", "object")
+        if not model.model_fields and input_schema is None:
+            schema = {"type": "object", "additionalProperties": False}
+        doc = inspect.getdoc(func) or ""
+        registry.register(
+            Tool(
+                name=tool_name,
+                fn=func,
+                description=description if description is not None else doc,
+                title=title,
+                task=task,
+                input_model=model,
+                input_schema=schema,
+                output_schema=output_schema,
+                annotations=annotations,
+                ttl_ms=ttl_ms,
+                poll_interval_ms=poll_interval_ms,
+                wants_context=wants_context,
+                starts_inline=starts_inline,
+                header_params=_header_params(schema, tool_name),
+                meta=dict(meta or {}),
+            )
+        )
+        return func
+
+    if fn is not None:
+        return decorate(fn)
+    return decorate
+
+
+def resource(
+    uri: str,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    mime_type: str | None = "text/plain",
+    registry: Registry = registry,
+) -> Callable[..., Any]:
+    """Register a static resource. The function returns ``str`` (text),
+    ``bytes`` (blob) or a full contents item (``dict``)."""
+
+    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+        registry.resources[uri] = Resource(
+            uri=uri,
+            name=name or func.__name__,
+            description=description or inspect.getdoc(func) or "",
+            mime_type=mime_type,
+            fn=func,
+        )
+        return func
+
+    return decorate
+
+
+def resource_template(
+    uri_template: str,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    mime_type: str | None = "text/plain",
+    registry: Registry = registry,
+) -> Callable[..., Any]:
+    """Register a resource template; ``{name}`` parts become keyword arguments."""
+
+    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+        registry.templates.append(
+            ResourceTemplate(
+                uri_template=uri_template,
+                name=name or func.__name__,
+                description=description or inspect.getdoc(func) or "",
+                mime_type=mime_type,
+                fn=func,
+                pattern=_template_pattern(uri_template),
+            )
+        )
+        return func
+
+    return decorate
+
+
+def prompt(
+    fn: Callable[..., Any] | None = None,
+    *,
+    name: str | None = None,
+    title: str | None = None,
+    description: str | None = None,
+    completions: dict[str, Callable[[str], list[str]]] | None = None,
+    registry: Registry = registry,
+) -> Any:
+    """Register a prompt. Its string parameters become the prompt's arguments
+    (required unless they have a default). It returns a string (one user
+    message) or a list of PromptMessage dicts. Like a tool, it may take a
+    ``ctx`` first and ask the client questions (MRTR)."""
+
+    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+        params = list(inspect.signature(func).parameters.values())
+        wants_context = bool(params) and params[0].name == "ctx"
+        if wants_context:
+            params = params[1:]
+        arguments = [{"name": p.name, "required": p.default is inspect.Parameter.empty} for p in params]
+        prompt_name = name or func.__name__
+        registry.add_prompt(
+            Prompt(
+                name=prompt_name,
+                title=title,
+                description=description or inspect.getdoc(func) or "",
+                arguments=arguments,
+                fn=func,
+                wants_context=wants_context,
+                completions=dict(completions or {}),
+            )
+        )
+        return func
+
+    if fn is not None:
+        return decorate(fn)
+    return decorate

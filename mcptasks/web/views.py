@@ -1,0 +1,242 @@
+"""The MCP endpoint: one URL, both protocol eras.
+
+This module is HTTP only: it checks the request, parses the envelope,
+identifies the caller and hands the message to the wire adapter for its era.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+from asgiref.sync import sync_to_async
+from django.conf import settings as django_settings
+from django.core.exceptions import DisallowedHost, RequestDataTooBig
+from django.db import DatabaseError, close_old_connections
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http.request import validate_host
+from django.views.decorators.csrf import csrf_exempt
+
+from ..conf import settings
+from ..errors import INTERNAL_ERROR, INVALID_REQUEST, ProtocolError
+from ..protocol import jsonrpc, limits
+from ..protocol.legacy import handlers as legacy
+from ..protocol.limits import RateLimited
+from ..protocol.modern import handlers as modern
+from ..protocol.modern.headers import META_VERSION
+from ..protocol.responses import json_response
+from ..protocol.streaming import SSE_HEADERS, Deferred, Stream
+from ..protocol.threads import tool_threads, worker_threads
+from .identity import Caller, NotAuthenticated, identify
+
+logger = logging.getLogger("mcptasks.views")
+
+_LOOPBACK = {"localhost", "127.0.0.1", "[::1]", "::1"}
+
+
+def error_response(exc: ProtocolError, request_id: Any = None, status: int = 400) -> HttpResponse:
+    headers = {}
+    if isinstance(exc, RateLimited):
+        headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after)))
+    return json_response(jsonrpc.error(request_id, exc), status=status, headers=headers)
+
+
+def origin_allowed(origin: str) -> bool:
+    """DNS-rebinding guard: a browser ``Origin`` must name this site."""
+    allowed = settings.ALLOWED_ORIGINS
+    if allowed is not None:
+        return origin in allowed
+    try:
+        host = urlsplit(origin).hostname
+    except ValueError:  # e.g. "http://[" : not an origin at all
+        return False
+    if not host:
+        return False
+    if host in _LOOPBACK:
+        return True
+    hosts = list(django_settings.ALLOWED_HOSTS)
+    if django_settings.DEBUG and not hosts:
+        hosts = [".localhost", "127.0.0.1", "[::1]"]
+    return validate_host(host, hosts)
+
+
+def lowercase_headers(request: HttpRequest) -> dict[str, str]:
+    return {name.lower(): value for name, value in request.headers.items()}
+
+
+def is_legacy(request: HttpRequest, data: Any) -> bool:
+    """Era selection. A legacy ``MCP-Protocol-Version`` header, or no header
+    and no modern ``_meta`` in the body (an ``initialize``, say), selects the
+    2025-era session wire; anything else is served statelessly (2026-07-28)."""
+    header = request.headers.get("MCP-Protocol-Version")
+    if header is not None:
+        return header.strip() in legacy.LEGACY_VERSIONS
+    params = data.get("params") if isinstance(data, dict) else None
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    return not (isinstance(meta, dict) and META_VERSION in meta)
+
+
+def _authenticated(request: HttpRequest, request_id: Any = None) -> Caller | HttpResponse:
+    try:
+        return identify(request)
+    except NotAuthenticated as exc:
+        headers = {"WWW-Authenticate": exc.www_authenticate} if exc.www_authenticate else {}
+        return json_response(
+            jsonrpc.error(request_id, ProtocolError(INVALID_REQUEST, exc.message)), status=401, headers=headers
+        )
+
+
+def read_body(request: HttpRequest) -> bytes:
+    """The request body, refused (413) past ``MAX_BODY_BYTES`` before it is read
+    whole when the client announced its length."""
+    limit = settings.MAX_BODY_BYTES
+    if limit is not None:
+        try:
+            announced = int(request.headers.get("Content-Length") or 0)
+        except ValueError:
+            raise ProtocolError(INVALID_REQUEST, "Invalid Content-Length header") from None
+        if announced > limit:
+            raise limits.RequestTooLarge(limit)
+    try:
+        body = request.body
+    except RequestDataTooBig:
+        raise limits.RequestTooLarge(limit or django_settings.DATA_UPLOAD_MAX_MEMORY_SIZE) from None
+    if limit is not None and len(body) > limit:
+        raise limits.RequestTooLarge(limit)
+    return body
+
+
+@csrf_exempt
+async def mcp_endpoint(request: HttpRequest) -> HttpResponse:
+    """The MCP endpoint (async: streams hold no thread; the rest runs on a
+    fixed pool of worker threads)."""
+    try:
+        request.get_host()  # ALLOWED_HOSTS: the DNS-rebinding guard on Host
+    except DisallowedHost:
+        return error_response(ProtocolError(INVALID_REQUEST, "Bad Request: invalid Host header"), status=400)
+    origin = request.headers.get("Origin")
+    if origin is not None and not origin_allowed(origin):
+        return error_response(ProtocolError(INVALID_REQUEST, "Forbidden: invalid Origin header"), status=403)
+    if request.method in ("GET", "DELETE") and request.headers.get("Mcp-Session-Id"):
+        return await sync_to_async(_serve_session_request, thread_sensitive=False, executor=worker_threads())(request)
+    if request.method != "POST":
+        return json_response(
+            jsonrpc.error(None, ProtocolError(INVALID_REQUEST, f"Method {request.method} not allowed")),
+            status=405,
+            headers={"Allow": "POST"},
+        )
+    try:
+        data = jsonrpc.decode(read_body(request))
+        limits.check_depth(data)
+    except ProtocolError as exc:
+        return error_response(exc, status=exc.http_status or 400)
+    served = await sync_to_async(_serve_post, thread_sensitive=False, executor=worker_threads())(request, data)
+    if isinstance(served, PendingReply):
+        return await sync_to_async(_finish, thread_sensitive=False, executor=tool_threads())(served)
+    return served
+
+
+class PendingReply:
+    """A modern reply whose blocking part (``Deferred``) is still to run."""
+
+    def __init__(self, deferred: Deferred, message: jsonrpc.Message) -> None:
+        self.deferred = deferred
+        self.message = message
+
+
+def _request_id(args: tuple[Any, ...]) -> Any:
+    """The JSON-RPC id among a handler's arguments, when it has a valid one."""
+    for arg in args:
+        if isinstance(arg, PendingReply):
+            return arg.message.id
+        if isinstance(arg, dict):
+            value = arg.get("id")
+            if isinstance(value, (str, int)) and not isinstance(value, bool):
+                return value
+    return None
+
+
+def _with_connections(serve: Any) -> Any:
+    """Django's per-request connection upkeep, for work on our own threads."""
+
+    def wrapper(*args: Any) -> HttpResponse:
+        try:
+            close_old_connections()
+            try:
+                return serve(*args)
+            finally:
+                close_old_connections()
+        except DatabaseError:
+            # The database went away around the request (a restart): a clean
+            # JSON-RPC error; the next request reconnects.
+            logger.warning("database unavailable", exc_info=True)
+            exc = ProtocolError(INTERNAL_ERROR, "Internal error: the task store is unavailable; retry later")
+            return error_response(exc, _request_id(args), status=503)
+        except Exception:
+            logger.exception("unexpected error serving /mcp")
+            return error_response(ProtocolError(INTERNAL_ERROR, "Internal error"), _request_id(args), status=500)
+
+    return wrapper
+
+
+@_with_connections
+def _serve_session_request(request: HttpRequest) -> HttpResponse:
+    caller = _authenticated(request)
+    if isinstance(caller, HttpResponse):
+        return caller
+    return legacy.handle_session_request(request, caller)
+
+
+@_with_connections
+def _serve_post(request: HttpRequest, data: Any) -> HttpResponse | PendingReply:
+    if is_legacy(request, data):
+        caller = _authenticated(request, data.get("id") if isinstance(data, dict) else None)
+        if isinstance(caller, HttpResponse):
+            return caller
+        return legacy.handle_post(request, data, caller)
+    try:
+        message = jsonrpc.parse_message(data)
+    except ProtocolError as exc:
+        return error_response(exc)
+    caller = _authenticated(request, message.id)
+    if isinstance(caller, HttpResponse):
+        return caller
+    if message.is_notification:
+        return HttpResponse(status=202)
+    return _answer(message, lambda: modern.handle(message, caller, lowercase_headers(request)))
+
+
+@_with_connections
+def _finish(pending: PendingReply) -> HttpResponse:
+    return _answer(pending.message, pending.deferred.compute)
+
+
+def _answer(message: jsonrpc.Message, compute: Callable[[], Any]) -> HttpResponse | PendingReply:
+    """Run a handler and turn what it gives (or raises) into a response."""
+    try:
+        reply = compute()
+    except ProtocolError as exc:
+        return error_response(exc, message.id, status=modern.http_status(exc))
+    except DatabaseError:
+        logger.exception("database error serving %s", message.method)
+        exc = ProtocolError(INTERNAL_ERROR, "Internal error: the task store is unavailable; retry later")
+        return error_response(exc, message.id, status=503)
+    except Exception:
+        logger.exception("unexpected error serving %s", message.method)
+        return error_response(ProtocolError(INTERNAL_ERROR, "Internal error"), message.id, status=500)
+    if isinstance(reply, Deferred):
+        return PendingReply(reply, message)
+    return reply_response(reply, message.id)
+
+
+def reply_response(reply: Any, request_id: Any) -> HttpResponse:
+    """A handler's reply as HTTP: an SSE stream or one JSON response."""
+    if isinstance(reply, Stream):
+        response = StreamingHttpResponse(reply.encoded(), content_type="text/event-stream")
+        for name, value in SSE_HEADERS.items():
+            response[name] = value
+        return response
+    return json_response(jsonrpc.result(request_id, reply))

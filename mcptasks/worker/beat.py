@@ -1,0 +1,12 @@
+"""The periodic maintenance, for ``CELERY_BEAT_SCHEDULE``.
+
+Importable from settings (it loads no models)::
+
+    from mcptasks.beat import BEAT_SCHEDULE
+    CELERY_BEAT_SCHEDULE = {**BEAT_SCHEDULE}
+"""
+
+BEAT_SCHEDULE = {
+    "mcptasks-sweep": {"task": "mcptasks.sweep", "schedule": 10.0},
+    "mcptasks-purge-expired": {"task": "mcptasks.purge_expired", "schedule": 60.0},
+}

@@ -1,0 +1,36 @@
+"""How a task run gets to a worker: a Celery message with only the task id.
+
+Installed as the domain's sender (``mcptasks.tasks.dispatch``) when the app is
+ready. A publish that fails (broker down) is logged, not raised: the task row
+is already durable, and the sweeper re-enqueues any ``working`` task nobody
+claimed within ``DISPATCH_GRACE_SECONDS``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ..conf import settings
+from ..tasks import dispatch
+from .jobs import run_task
+
+logger = logging.getLogger("mcptasks.runtime")
+
+
+_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
+
+
+def enqueue_run(task_id: str) -> bool:
+    options = {"queue": settings.CELERY_QUEUE} if settings.CELERY_QUEUE else {}
+    try:
+        # A short retry: after a broker restart the pooled connection is dead,
+        # and kombu reconnects only when it retries.
+        run_task.apply_async((task_id,), retry=True, retry_policy=_RETRY_POLICY, **options)
+    except Exception:
+        logger.warning("could not enqueue task %s; the sweeper will retry", task_id, exc_info=True)
+        return False
+    return True
+
+
+def connect() -> None:
+    dispatch.install(enqueue_run)

@@ -1,0 +1,153 @@
+"""``manage.py mcptasks run``: web, worker and beat from one command.
+
+On the embedded default (``memory://`` broker) the Celery worker and beat run
+as threads of the web process: the in-process broker exists only there. With
+a real broker they run as child processes (``celery worker`` and ``celery
+beat``), supervised here: if one exits, everything stops.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+from typing import Any
+
+from ..conf import settings as mcp_settings
+from .discovery import Found
+
+logger = logging.getLogger("mcptasks.runner")
+
+
+def broker_is_in_process(app: Any) -> bool:
+    return str(app.conf.broker_url or "").startswith("memory://")
+
+
+def beat_schedule_file(app: Any) -> str:
+    """Celery's own ``beat_schedule_filename`` (``CELERY_BEAT_SCHEDULE_FILENAME``
+    with the usual namespace; Celery's default is ``celerybeat-schedule`` in the
+    current directory). Its folder is made if missing."""
+    path = str(app.conf.beat_schedule_filename)
+    folder = os.path.dirname(path)
+    if folder:
+        os.makedirs(folder, exist_ok=True)
+    return path
+
+
+def start_embedded_worker(app: Any, concurrency: int) -> list[Any]:
+    """A thread-pool worker and a beat thread inside this process, on the
+    site's own app (the in-process broker exists only in this process)."""
+    from celery.beat import EmbeddedService
+
+    worker = app.WorkController(
+        pool_cls="threads",
+        concurrency=concurrency,
+        hostname=f"embedded@{os.uname().nodename}",
+        loglevel="WARNING",
+        without_heartbeat=True,
+        without_mingle=True,
+        without_gossip=True,
+    )
+    beat = EmbeddedService(app, thread=True, schedule_filename=beat_schedule_file(app))
+    threading.Thread(target=worker.start, name="mcptasks-worker", daemon=True).start()
+    beat.start()
+    return [worker, beat]
+
+
+def start_worker_processes(
+    app: Any, app_name: str, concurrency: int, pool: str = "prefork"
+) -> list[subprocess.Popen[bytes]]:
+    base = [sys.executable, "-m", "celery", "-A", app_name]
+    # The runs' queue (MCPTASKS CELERY_QUEUE) and the default one (the sweeper
+    # and the purge, as beat sends them).
+    queues = dict.fromkeys(q for q in (mcp_settings.CELERY_QUEUE, app.conf.task_default_queue) if q)
+    worker = [*base, "worker", "--loglevel", "WARNING", "--pool", pool, "--concurrency", str(concurrency)]
+    env = child_environment(app_name)
+    return [
+        subprocess.Popen([*worker, "-Q", ",".join(queues)], env=env),
+        subprocess.Popen([*base, "beat", "--loglevel", "WARNING", "--schedule", beat_schedule_file(app)], env=env),
+    ]
+
+
+def child_environment(app_name: str) -> dict[str, str]:
+    """This process's environment, with the folder that holds the app's
+    top-level package first on ``PYTHONPATH``: ``celery -A`` imports from the
+    current folder, which need not be the site's (``python path/to/manage.py``)."""
+    env = dict(os.environ)
+    top = sys.modules.get(app_name.partition(":")[0].split(".")[0])
+    origin = getattr(top, "__file__", None)
+    if origin:
+        # A package's __file__ is its __init__.py, one folder deeper than a module's.
+        folder = os.path.dirname(os.path.dirname(origin)) if hasattr(top, "__path__") else os.path.dirname(origin)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (folder, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def graceful_server_class() -> type:
+    import uvicorn
+
+    class GracefulServer(uvicorn.Server):
+        """Ends open subscription streams with their final response before
+        uvicorn stops waiting for connections to drain."""
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            from ..notify.fabric import begin_shutdown
+
+            begin_shutdown()
+            super().handle_exit(sig, frame)
+
+    return GracefulServer
+
+
+def run(*, host: str, port: int, concurrency: int, asgi: Found, celery: Found, pool: str = "prefork") -> None:
+    import uvicorn
+
+    app = celery.obj
+    # Runs published from this process go through the site's app, whatever
+    # Celery took for current before.
+    app.set_current()
+    app.set_default()
+    server_class = graceful_server_class()
+    children: list[subprocess.Popen[bytes]] = []
+    embedded: list[Any] = []
+    if broker_is_in_process(app):
+        embedded = start_embedded_worker(app, concurrency)
+        mode = f"embedded worker ({concurrency} threads) and beat"
+    else:
+        children = start_worker_processes(app, celery.name, concurrency, pool)
+        slots = "processes" if pool == "prefork" else "threads"
+        mode = f"celery worker ({concurrency} {slots}) and beat"
+    print(f"mcptasks: serving http://{host}:{port}/mcp with {mode}", flush=True)
+    print(f"mcptasks: ASGI application {asgi.name} (from {asgi.source})", flush=True)
+    print(f"mcptasks: Celery app {celery.name} (from {celery.source})", flush=True)
+
+    server = server_class(uvicorn.Config(asgi.obj, host=host, port=port, log_level="warning", lifespan="off"))
+
+    def watch_children() -> None:
+        for child in children:
+            child.wait()
+            if not server.should_exit:
+                logger.error("a child process exited (%s); stopping", child.args)
+                server.should_exit = True
+
+    if children:
+        threading.Thread(target=watch_children, daemon=True).start()
+    try:
+        server.run()
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(signal.SIGTERM)
+        for child in children:
+            try:
+                child.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                child.kill()
+        for service in embedded:
+            try:
+                service.stop()
+            except Exception:  # shutting down anyway
+                logger.debug("stopping %s failed", service, exc_info=True)

@@ -1,0 +1,122 @@
+"""The layout holds: no import cycle between any two modules of the app, the
+domain speaks no HTTP, modules stay readable, and the public import paths
+still work. The layer contracts themselves are `lint-imports`' (pyproject.toml),
+run by bin/test."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+import grimp
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "mcptasks"
+
+#: "About 500 lines": past this a module must say in its docstring why it is one.
+MAX_LINES = 520
+REASON = "One module on purpose:"
+
+
+def _modules() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if "migrations" not in p.parts)
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for other in edges.get(node, ()):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in on_stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(edges):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_cycle_finder_finds_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycle_between_modules():
+    """Imports inside functions count too: a deferred import is still a cycle."""
+    graph = grimp.build_graph("mcptasks")
+    edges = {module: set(graph.find_modules_directly_imported_by(module)) for module in graph.modules}
+    assert _cycles(edges) == []
+
+
+@pytest.mark.parametrize("layer", ["tasks", "tools"])
+def test_the_domain_imports_no_http(layer):
+    for path in (PACKAGE / layer).rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = (
+                [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else []
+            )
+            for name in names:
+                assert not name.startswith(("django.http", "django.views", "django.urls")), f"{path.name}: {name}"
+
+
+def test_modules_stay_readable():
+    too_long = []
+    for path in _modules():
+        text = path.read_text()
+        if text.count("\n") > MAX_LINES and REASON not in (ast.get_docstring(ast.parse(text)) or ""):
+            too_long.append(str(path.relative_to(PACKAGE)))
+    assert too_long == []
+
+
+def test_public_import_paths():
+    import mcptasks
+    from mcptasks.asgi import mcp_router
+    from mcptasks.beat import BEAT_SCHEDULE
+    from mcptasks.identity import BearerTokenAuthentication, Caller, owner_for
+    from mcptasks.lifecycle import cancel, create_task
+
+    assert callable(mcptasks.tool) and mcptasks.ToolContext.__name__ == "ToolContext"
+    assert callable(mcp_router) and callable(owner_for) and callable(cancel) and callable(create_task)
+    assert BearerTokenAuthentication.keyword == "Bearer" and Caller(owner="x").owner == "x"
+    assert {entry["task"] for entry in BEAT_SCHEDULE.values()} == {"mcptasks.sweep", "mcptasks.purge_expired"}
+    assert importlib.import_module("mcptasks.urls").urlpatterns
+
+
+def test_celery_task_names_are_unchanged():
+    """Messages already queued name these tasks; a rename would strand them."""
+    from celery import current_app
+
+    from mcptasks.worker import jobs
+
+    assert (jobs.run_task.name, jobs.sweep.name, jobs.purge_expired.name) == (
+        "mcptasks.run_task",
+        "mcptasks.sweep",
+        "mcptasks.purge_expired",
+    )
+    assert {"mcptasks.run_task", "mcptasks.sweep", "mcptasks.purge_expired"} <= set(current_app.tasks)
