@@ -45,6 +45,7 @@ def rpc_bytes(
     name: str,
     rid: int | str = 1,
     meta: dict[str, Any] | None = None,
+    token: str | None = None,
 ) -> bytes:
     body = json.dumps(
         {"jsonrpc": "2.0", "id": rid, "method": method, "params": {**params, "_meta": meta or META}},
@@ -53,7 +54,9 @@ def rpc_bytes(
     head = (
         f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
         f"Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\n"
-        f"Mcp-Method: {method}\r\nMcp-Name: {name}\r\nContent-Length: {len(body)}\r\n\r\n"
+        f"Mcp-Method: {method}\r\nMcp-Name: {name}\r\n"
+        + (f"Authorization: Bearer {token}\r\n" if token else "")
+        + f"Content-Length: {len(body)}\r\n\r\n"
     ).encode()
     return head + body
 
@@ -131,17 +134,19 @@ class Conn:
 @dataclass
 class Client:
     url: str
+    #: A bearer token sent with every request (None: anonymous).
+    token: str | None = None
 
     def call_bytes(
         self, tool: str, arguments: dict[str, Any] | None = None, meta: dict[str, Any] | None = None
     ) -> bytes:
         c = urlsplit(self.url)
         params = {"name": tool, "arguments": arguments or {}}
-        return rpc_bytes(f"{c.hostname}:{c.port}", c.path, "tools/call", params, tool, meta=meta)
+        return rpc_bytes(f"{c.hostname}:{c.port}", c.path, "tools/call", params, tool, meta=meta, token=self.token)
 
     def get_bytes(self, task_id: str) -> bytes:
         c = urlsplit(self.url)
-        return rpc_bytes(f"{c.hostname}:{c.port}", c.path, "tasks/get", {"taskId": task_id}, task_id)
+        return rpc_bytes(f"{c.hostname}:{c.port}", c.path, "tasks/get", {"taskId": task_id}, task_id, token=self.token)
 
 
 def _result(status: int, body: bytes) -> dict[str, Any]:
@@ -163,8 +168,9 @@ async def create_tasks(
     n: int,
     concurrency: int = 16,
     meta: dict[str, Any] | None = None,
+    token: str | None = None,
 ) -> list[str]:
-    client = Client(url)
+    client = Client(url, token)
     raw = client.call_bytes(tool, arguments, meta=meta)
     ids: list[str] = []
     left = iter(range(n))
@@ -184,8 +190,8 @@ async def create_tasks(
     return ids
 
 
-async def statuses(url: str, ids: list[str], concurrency: int = 16) -> dict[str, str]:
-    client = Client(url)
+async def statuses(url: str, ids: list[str], concurrency: int = 16, token: str | None = None) -> dict[str, str]:
+    client = Client(url, token)
     out: dict[str, str] = {}
     left = iter(ids)
 
@@ -201,13 +207,13 @@ async def statuses(url: str, ids: list[str], concurrency: int = 16) -> dict[str,
     return out
 
 
-async def wait_terminal(url: str, ids: list[str], timeout: float = 120.0) -> dict[str, int]:
+async def wait_terminal(url: str, ids: list[str], timeout: float = 120.0, token: str | None = None) -> dict[str, int]:
     """Poll until every task is terminal; returns the count per status."""
     deadline = time.monotonic() + timeout
     pending = list(ids)
     seen: dict[str, str] = {}
     while pending:
-        got = await statuses(url, pending)
+        got = await statuses(url, pending, token=token)
         seen.update(got)
         pending = [t for t in pending if got[t] not in TERMINAL]
         if pending:

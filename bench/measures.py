@@ -90,7 +90,9 @@ def write_ids(path: Path, ids: list[str]) -> Path:
 
 def seed(bench: Bench, names: list[str], n: int, workdir: Path) -> dict[str, dict[str, Path]]:
     """For each contender: ``n`` working tasks (sleep 3600 s) and ``n``
-    completed no-op tasks; their ids in files for wrk."""
+    completed no-op tasks; their ids in files for wrk. With ``bench.token``,
+    also ``n`` completed no-op tasks created with that bearer token, which
+    mcptasks gives to the token's user (the peer, anonymous, ignores it)."""
     out: dict[str, dict[str, Path]] = {}
     for name in names:
         url = bench.webs[name].url
@@ -101,6 +103,12 @@ def seed(bench: Bench, names: list[str], n: int, workdir: Path) -> dict[str, dic
         counts = client.run(client.wait_terminal(url, done, timeout=300))
         if counts.get("completed", 0) != n:
             raise RuntimeError(f"{name}: seeded no-op tasks ended {counts}")
+        mine: list[str] = []
+        if bench.token:
+            mine = client.run(client.create_tasks(url, "noop", {}, n, token=bench.token))
+            counts = client.run(client.wait_terminal(url, mine, timeout=300, token=bench.token))
+            if counts.get("completed", 0) != n:
+                raise RuntimeError(f"{name}: seeded no-op tasks with a token ended {counts}")
         working = client.run(client.create_tasks(url, "sleep", {"seconds": 3600}, n))
         st = client.run(client.statuses(url, working[:50]))
         if any(s != "working" for s in st.values()):
@@ -109,6 +117,8 @@ def seed(bench: Bench, names: list[str], n: int, workdir: Path) -> dict[str, dic
             "working": write_ids(workdir / f"ids-{name}-working.txt", working),
             "completed": write_ids(workdir / f"ids-{name}-completed.txt", done),
         }
+        if mine:
+            out[name]["completed-auth"] = write_ids(workdir / f"ids-{name}-completed-auth.txt", mine)
     return out
 
 
@@ -216,12 +226,16 @@ def pgbench(bench: Bench, cfg: Config) -> dict[str, Any]:
 # P1: polls -------------------------------------------------------------------------------------
 
 
-def _poll_run(bench: Bench, name: str, ids: Path, connections: int, seconds: float) -> dict[str, Any]:
+def _poll_run(
+    bench: Bench, name: str, ids: Path, connections: int, seconds: float, token: str | None = None
+) -> dict[str, Any]:
     web = bench.webs[name]
     gate = bench.wait_machine_quiet()
     s0 = bench.pg_sessions() if web.kind == "mcptasks" else 0
     data, cpu = _cpu_run(
-        bench, name, lambda: wrk.measured(web.url, "get", ids_file=ids, connections=connections, duration=seconds)
+        bench,
+        name,
+        lambda: wrk.measured(web.url, "get", ids_file=ids, connections=connections, duration=seconds, token=token),
     )
     data["cpu"] = cpu
     data.update(gate)
@@ -264,19 +278,27 @@ def _slim(data: dict[str, Any]) -> dict[str, Any]:
 FLOOR_VIEW = {"uvicorn": "/bare-async", "gunicorn": "/bare"}
 
 
-def p1(bench: Bench, cfg: Config, contenders: list[str], seeds: dict[str, dict[str, Path]]) -> list[dict]:
-    """tasks/get per second, 32 pollers, on working and on completed tasks;
-    the bare-view floor on each mcptasks configuration in the same rounds."""
+#: P1's variants: which seeded tasks are polled, and with the bearer token or not.
+P1_STATES = ("working", "completed", "completed-auth")
+
+
+def p1(
+    bench: Bench, cfg: Config, contenders: list[str], seeds: dict[str, dict[str, Path]], floors: bool = True
+) -> list[dict]:
+    """tasks/get per second, 32 pollers, on working and on completed tasks,
+    and on completed tasks with a bearer token (as real clients poll); the
+    bare-view floor on each mcptasks configuration in the same rounds."""
     recs: list[dict] = []
-    mcp_names = [c for c in contenders if bench.webs[c].kind == "mcptasks"]
+    mcp_names = [c for c in contenders if bench.webs[c].kind == "mcptasks"] if floors else []
     for name in contenders:  # warm every process and connection
         wrk.run(bench.webs[name].url, "get", ids_file=seeds[name]["working"], connections=32, duration=2)
     for name in mcp_names:
         wrk.run(f"{bench.webs[name].base}/bare", "bare", connections=32, duration=1)
-    for state in ("working", "completed"):
+    for state in (s for s in P1_STATES if s in seeds[contenders[0]]):
         for r in range(cfg.rounds):
             for name in _order(contenders, r):
-                data = _poll_run(bench, name, seeds[name][state], 32, cfg.p1_seconds)
+                token = bench.token if state.endswith("-auth") else None
+                data = _poll_run(bench, name, seeds[name][state], 32, cfg.p1_seconds, token=token)
                 recs.append(
                     {
                         "measure": "P1",
@@ -288,10 +310,10 @@ def p1(bench: Bench, cfg: Config, contenders: list[str], seeds: dict[str, dict[s
                     }
                 )
                 log(
-                    f"P1 {state:9} r{r} {name:9} {data['rps']:8.0f} polls/s  errors {data['errors']}  "
+                    f"P1 {state:14} r{r} {name:9} {data['rps']:8.0f} polls/s  errors {data['errors']}  "
                     f"wrk {data['loadgen_cores']:.2f} cores  cpu {data['cpu']}"
                 )
-            if state == "working" and "bare-asgi" in bench.webs:
+            if state == "working" and floors and "bare-asgi" in bench.webs:
                 data = _bare_run(bench, "bare-asgi", "/", cfg.p1_seconds)
                 recs.append(
                     {
@@ -431,6 +453,7 @@ def p3(
                 lambda url=url: client.run(client.end_to_end(url, conc, seconds, cfg.p3_warmup, cfg.p3_poll)),
             )
             lat = [x * 1000 for x in e.latencies]
+            executing = bench.webs[name].executing_processes
             rec = {
                 "measure": variant or "P3",
                 "variant": f"c{conc}",
@@ -438,6 +461,9 @@ def p3(
                 "round": r,
                 "concurrency": conc,
                 "value": e.rate,
+                # Fair counts (issue 15): the processes that execute tasks differ per side.
+                "executing_processes": executing,
+                "per_process": e.rate / executing if executing else float("nan"),
                 "completed": e.completed,
                 "failed": e.failed,
                 "errors": e.errors,

@@ -8,7 +8,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from bench.stacks import MCP_WEB, PEER_LABEL
+from bench.stacks import MCP_WEB, PEER_LABEL, PEER_SINGLE_LABEL, RUN_LABEL
 
 BEGIN = "<!-- bench:results:begin -->"
 END = "<!-- bench:results:end -->"
@@ -19,6 +19,10 @@ _peer_workers = 2
 
 
 def label(name: str) -> str:
+    if name == "run":
+        return RUN_LABEL
+    if name == "peer1":
+        return PEER_SINGLE_LABEL
     if name == "peer":
         return PEER_LABEL if _peer_workers == 2 else PEER_LABEL.replace(" ×2", f" ×{_peer_workers}").replace(" ×1", "")
     return MCP_WEB[name]["label"]
@@ -75,10 +79,12 @@ def fr(v: float) -> str:
     return "–" if v is None or math.isnan(v) else f"{v:.2f}×"
 
 
-def summarize(results: dict[str, Any]) -> dict[str, Any]:
+def summarize(results: dict[str, Any], names: list[str] | None = None, peer: str = "peer") -> dict[str, Any]:
+    """The table's rows for ``names`` (default: the main contenders), each
+    mcptasks configuration against ``peer``."""
     recs = results["records"]
-    names = results["contenders"]
-    mcp = [n for n in names if n != "peer"]
+    names = names or results["contenders"]
+    mcp = [n for n in names if n != peer]
     s: dict[str, Any] = {"rows": [], "goals": []}
 
     def row(
@@ -93,7 +99,7 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
     ) -> dict[str, Any]:
         rows = by(recs, measure, variant)
         vals = {n: med([r[field] for r in rows.get(n, [])]) for n in names}
-        rat = {n: med(ratios(recs, measure, variant, n, field)) for n in mcp}
+        rat = {n: med(ratios(recs, measure, variant, n, field, peer)) for n in mcp}
         noise = med([foreign(r) for rr in rows.values() for r in rr if foreign(r) is not None])
         entry = {
             "noise": noise,
@@ -112,11 +118,37 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
     floors = by(recs, "floor-view", "floor")
     floor_med = {n: med([r["value"] for r in floors.get(n, [])]) for n in mcp}
     pg = results.get("pgbench") or {}
-    for variant in ("working", "completed"):
+    for variant in ("working", "completed", "completed-auth"):
+        if variant.endswith("-auth"):
+            if not by(recs, "P1", variant):
+                continue
+            e = row(
+                "P1 polls/s, 32 pollers, completed tasks, bearer token",
+                "P1",
+                variant,
+                "/s",
+                goal="≥ 5× peer",
+            )
+            anon = {
+                n: med(
+                    [
+                        a / b
+                        for a, b in _paired(by(recs, "P1", variant).get(n, []), by(recs, "P1", "completed").get(n, []))
+                    ]
+                )
+                for n in mcp
+            }
+            e["floor"] = (
+                "mcptasks: a DRF token as `Authorization: Bearer` (`mcptasks.identity.BearerTokenAuthentication`), "
+                "on tasks its user created; "
+                + ", ".join(f"{n} at {100 * v:.0f} % of its anonymous rate" for n, v in anon.items())
+                + ". The peer has no authentication configured: it gets the same header and ignores it"
+            )
+            continue
         e = row(
             f"P1 polls/s, 32 pollers, {variant} tasks", "P1", variant, "/s", goal="≥ 5× peer, ≥ 50 % of the bare view"
         )
-        if variant == "working":
+        if variant == "working" and any(floors.get(n) for n in mcp):
             pct = {}
             for n in mcp:
                 per_round = []
@@ -165,7 +197,37 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
                 e["floor"] = commit
     # P3
     row("P3 no-op tasks/s, create→terminal, 32 clients", "P3", "c32", "/s", goal="≥ 1.5× peer")
+    p3 = by(recs, "P3", "c32")
+    if any("per_process" in r for rr in p3.values() for r in rr):
+        counts = {n: med([r.get("executing_processes") for r in p3.get(n, [])]) for n in names}
+        e = row(
+            "P3 no-op tasks/s per executing process, 32 clients",
+            "P3",
+            "c32",
+            "/s",
+            "per_process",
+            goal="fair process counts",
+        )
+        e["floor"] = "processes that execute tasks: " + ", ".join(
+            f"{label(n)} {counts[n]:.0f}" for n in names if not math.isnan(counts[n])
+        )
+        cpu_rows = {n: med([r["value"] / _stack_cores(r) for r in p3.get(n, []) if _stack_cores(r)]) for n in names}
+        e["floor"] += "; tasks per second of CPU, whole stack: " + ", ".join(
+            f"{label(n)} {fmt(v)}" for n, v in cpu_rows.items() if not math.isnan(v)
+        )
     return s
+
+
+def _paired(mine: list[dict], other: list[dict]) -> list[tuple[float, float]]:
+    """(mine, other) values of the same rounds."""
+    theirs = {r["round"]: r["value"] for r in other}
+    return [(r["value"], theirs[r["round"]]) for r in mine if theirs.get(r["round"])]
+
+
+def _stack_cores(r: dict) -> float:
+    """Cores one run's stack used: web, workers, Postgres and Redis."""
+    cpu = r.get("cpu") or {}
+    return sum(v for k, v in cpu.items() if k != "machine")
 
 
 def goal_lines(results: dict[str, Any], s: dict[str, Any]) -> list[str]:
@@ -304,7 +366,32 @@ def table(results: dict[str, Any]) -> str:
             f"above is taken between adjacent runs of one round. Before each run the bench waited (up to 20 s, "
             f"{results.get('gate_wait_s', 0):.0f} s in all) for that load to fall below half a core."
         )
-    return "\n".join(lines) + "\n\n" + "\n".join(goal_lines(results, s) + notes) + "\n"
+    out = "\n".join(lines) + "\n\n" + "\n".join(goal_lines(results, s) + notes) + "\n"
+    if any(r["contender"] == "run" for r in results["records"]):
+        out += "\n" + defaults_table(results)
+    return out
+
+
+def defaults_table(results: dict[str, Any]) -> str:
+    """bin/run's defaults (``manage.py mcptasks run``) against the peer's
+    single process, measured in the same run (issue 15)."""
+    names = ["run", "peer1"]
+    s = summarize(results, names, peer="peer1")
+    head = ["measure", label("run"), label("peer1"), "ratio", "other load (cores)", "note"]
+    lines = [
+        "With `bin/run`'s defaults: `manage.py mcptasks run` (one uvicorn process; a Celery prefork worker of 4 "
+        "children and beat as its children) against fastmcp-tasks as one uvicorn process (its own Docket worker "
+        "inside), alternated round by round like the rest:",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
+    for r in s["rows"]:
+        note = r["floor"] or ("lower is better" if not r["higher_better"] else "")
+        cells = [r["title"], *(fmt(r["values"][n], r["unit"] if r["unit"] == "ms" else "") for n in names)]
+        cells += [fr(r["ratios"]["run"]), "–" if math.isnan(r["noise"]) else f"{r['noise']:.2f}", note]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def plots(results: dict[str, Any], outdir: Path) -> list[Path]:

@@ -152,6 +152,12 @@ MCP_WEB["uvicorn-1"] = {
 }
 PEER_LABEL = "fastmcp-tasks · uvicorn ×2"
 
+# bin/run's defaults (issue 15): ``manage.py mcptasks run``, one uvicorn
+# process with its own Celery worker (prefork, 4 children) and beat, beside
+# the peer's single process (one uvicorn process running its Docket worker).
+RUN_LABEL = "mcptasks · `mcptasks run` defaults"
+PEER_SINGLE_LABEL = "fastmcp-tasks · 1 process"
+
 
 @dataclass
 class Web:
@@ -162,6 +168,11 @@ class Web:
     proc: subprocess.Popen[bytes]
     log: Path
     kind: str  # "mcptasks" or "peer"
+    #: ``mcptasks run``: the web is the process itself, its children (the
+    #: Celery worker and beat) are workers.
+    runs_own_workers: bool = False
+    #: Processes that execute tasks for this contender (P3 per process).
+    executing_processes: int = 0
 
     def pids(self) -> list[int]:
         return [self.proc.pid]
@@ -177,12 +188,16 @@ class Bench:
     db: str = ""
     queue: str = ""
     docket: str = ""
+    #: A DRF token of a bench user (``make_token``), for the authenticated polls.
+    token: str = ""
     webs: dict[str, Web] = field(default_factory=dict)
     mcp_workers: subprocess.Popen[bytes] | None = None
     #: Further worker processes (the threads pool runs one process per slot of
     #: ``start_mcp_workers``' count; prefork needs only the first).
     mcp_more_workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
     peer_workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    #: Processes executing mcptasks' runs: prefork children, or threads-pool workers.
+    mcp_executing: int = 0
     #: The quiet gate (wait_machine_quiet): foreign cores allowed, longest
     #: single wait, and the total wait a run may spend.
     gate_foreign: float = 0.5
@@ -221,12 +236,12 @@ class Bench:
         env.update(extra)
         return env
 
-    def peer_env(self) -> dict[str, str]:
+    def peer_env(self, docket: str | None = None) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("MCP_", "FASTMCP_"))}
         env.update(
             {
                 "FASTMCP_DOCKET_URL": self.services.redis_url,
-                "FASTMCP_DOCKET_NAME": self.docket,
+                "FASTMCP_DOCKET_NAME": docket or self.docket,
                 "BENCH_POLL_INTERVAL_MS": str(self.poll_interval_ms),
                 "FASTMCP_LOG_LEVEL": "WARNING",
                 "PYTHONUNBUFFERED": "1",
@@ -246,6 +261,74 @@ class Bench:
             check=True,
         )
 
+    def make_token(self) -> str:
+        """A user and its DRF token in the bench database: real clients send a
+        bearer token, so P1 also polls with one."""
+        code = (
+            "from django.contrib.auth import get_user_model; from rest_framework.authtoken.models import Token; "
+            "u, _ = get_user_model().objects.get_or_create(username='bench-client'); "
+            "print(Token.objects.get_or_create(user=u)[0].key)"
+        )
+        out = subprocess.run(
+            [str(envs.APP_PY), "manage.py", "shell", "-c", code],
+            cwd=REPO,
+            env=self.mcp_env(),
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        self.token = out.stdout.strip().splitlines()[-1]
+        return self.token
+
+    def start_mcp_run(self) -> Web:
+        """``manage.py mcptasks run`` with its defaults (one uvicorn process,
+        a prefork worker of 4 children, beat), on its own Celery queue so the
+        other contenders' workers never take its runs. Its sweeper is slowed
+        to once a day: the seeded sleep tasks wait unclaimed in the shared
+        database, and its sweeper would otherwise hand them to this worker."""
+        port = free_port()
+        log = self.logs / "mcptasks-run.log"
+        env = self.mcp_env(MCP_CELERY_QUEUE=f"{self.queue}-run", MCP_SWEEP_SECONDS="86400")
+        # The Celery app is the example site's (the bench's settings module lives in bench/).
+        argv = [str(envs.APP_PY), "manage.py", "mcptasks", "run", "--host", "127.0.0.1", "--port", str(port)]
+        argv += ["--celery-app", "project"]
+        proc = procs.start(argv, env=env, log=log, cwd=REPO)
+        base = f"http://127.0.0.1:{port}"
+        web = Web("run", RUN_LABEL, f"{base}/mcp", base, proc, log, "mcptasks", runs_own_workers=True)
+        web.executing_processes = 4  # the prefork worker's default concurrency
+        procs.wait_ready(web.url, proc, log)
+        self.webs["run"] = web
+        return web
+
+    def start_peer_single(self) -> Web:
+        """The peer as one process: one uvicorn worker, its own Docket worker
+        inside, on a Docket of its own (no worker_cli process takes its tasks)."""
+        port = free_port()
+        log = self.logs / "peer-single.log"
+        argv = [
+            str(envs.PEER_PY),
+            "-m",
+            "uvicorn",
+            "bench.peer_server:app",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--loop",
+            "uvloop",
+            "--http",
+            "httptools",
+            "--log-level",
+            "warning",
+            "--no-access-log",
+        ]
+        proc = procs.start(argv, env=self.peer_env(docket=f"{self.docket}-single"), log=log, cwd=REPO)
+        base = f"http://127.0.0.1:{port}"
+        web = Web("peer1", PEER_SINGLE_LABEL, f"{base}/mcp", base, proc, log, "peer", executing_processes=1)
+        procs.wait_ready(web.url, proc, log)
+        self.webs["peer1"] = web
+        return web
+
     def start_mcp_web(self, key: str, *, db: str | None = None, conn_max_age: str | None = None) -> Web:
         spec = MCP_WEB[key]
         port = free_port()
@@ -257,6 +340,8 @@ class Bench:
         web = Web(key, spec["label"], f"{base}/mcp", base, proc, log, "mcptasks")
         procs.wait_ready(web.url, proc, log)
         self.webs[name] = web
+        # The bench's shared Celery workers (start_mcp_workers) run its tasks.
+        web.executing_processes = self.mcp_executing
         return web
 
     def start_bare_asgi(self) -> Web:
@@ -277,6 +362,7 @@ class Bench:
         children, or that many ``--pool threads`` workers of ``threads`` slots
         each (runs mostly wait on Postgres, so threads overlap them)."""
         count = 1 if pool == "prefork" else concurrency
+        self.mcp_executing = concurrency
         for index in range(count):
             log = self.logs / ("mcptasks-celery.log" if index == 0 else f"mcptasks-celery-{index}.log")
             argv = [
@@ -330,7 +416,8 @@ class Bench:
             argv += ["--workers", str(workers)]
         proc = procs.start(argv, env=self.peer_env(), log=log, cwd=REPO)
         base = f"http://127.0.0.1:{port}"
-        web = Web("peer", PEER_LABEL, f"{base}/mcp", base, proc, log, "peer")
+        # Each web process runs a Docket worker, and so does each worker_cli process.
+        web = Web("peer", PEER_LABEL, f"{base}/mcp", base, proc, log, "peer", executing_processes=workers)
         procs.wait_ready(web.url, proc, log)
         self.webs["peer"] = web
         return web
@@ -340,6 +427,8 @@ class Bench:
             log = self.logs / f"peer-worker-{i}.log"
             argv = [str(envs.PEER_PY), "-m", "fastmcp_tasks.worker_cli", "worker", "bench/peer_server.py:mcp"]
             self.peer_workers.append(procs.start(argv, env=self.peer_env(), log=log, cwd=REPO))
+        if "peer" in self.webs:
+            self.webs["peer"].executing_processes += count
 
     def stop_web(self, name: str) -> None:
         web = self.webs.pop(name, None)
@@ -350,6 +439,14 @@ class Bench:
 
     def cpu_groups(self, web: Web, db: str | None = None) -> dict[str, Callable[[], list]]:
         """Process groups whose CPU the bench reports for a run against ``web``."""
+        if web.runs_own_workers:
+            name = db or self.db
+            return {
+                "web": lambda: [p for p in procs.tree([web.proc.pid]) if p.pid == web.proc.pid],
+                "workers": lambda: [p for p in procs.tree([web.proc.pid]) if p.pid != web.proc.pid],
+                "postgres": lambda: procs.postgres_backends(name),
+                "redis": procs.redis_servers,
+            }
         if web.kind == "mcptasks":
             workers = [p.pid for p in [self.mcp_workers, *self.mcp_more_workers] if p is not None]
             name = db or self.db
@@ -407,6 +504,7 @@ class Bench:
         procs.stop_all()
         self.webs.clear()
         try:
+            # The queue and Docket patterns also cover the `mcptasks run` queue and the single peer's Docket.
             self.services.delete_keys(f"*{self.queue}*", f"{self.docket}*", "_kombu.binding.*" + self.queue + "*")
         except Exception as exc:  # Redis gone: nothing to clean
             print(f"bench: could not delete Redis keys: {exc}")

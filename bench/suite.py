@@ -120,6 +120,11 @@ def main() -> None:
         help="mcptasks' 2 worker processes: prefork children, or 2 threads-pool workers (--mcp-worker-threads each)",
     )
     ap.add_argument("--mcp-worker-threads", type=int, default=4)
+    ap.add_argument(
+        "--no-defaults",
+        action="store_true",
+        help="skip bin/run's defaults (`manage.py mcptasks run`) against the peer's single process",
+    )
     ap.add_argument("--p4-rows", type=int, help="rows of P4's large table (default 10M, quick 300k)")
     ap.add_argument("--p4-purge", type=int, help="expired rows among them (default 1M, quick 50k)")
     docs = ap.add_mutually_exclusive_group()
@@ -173,6 +178,7 @@ def main() -> None:
     try:
         results["versions"] = versions(services)
         bench.prepare_db()
+        bench.make_token()
         results["database"] = database_settings(bench)
         log(f"mcptasks database settings: {results['database']}")
         bench.start_mcp_workers(2, pool=args.mcp_worker_pool, threads=args.mcp_worker_threads)
@@ -182,18 +188,25 @@ def main() -> None:
             bench.start_bare_asgi()
         bench.start_peer_web(args.peer_web_workers)
         bench.start_peer_workers(2)
+        pair = [] if args.no_defaults else ["run", "peer1"]
+        if pair:
+            bench.start_mcp_run()
+            bench.start_peer_single()
+        results["defaults_pair"] = pair
         log("stacks up: " + ", ".join(f"{k} {w.url}" for k, w in bench.webs.items()))
 
         bench.wait_machine_quiet()
         results["loadgen"] = measures.loadgen_check(bench, cfg, bench.logs)
         log(f"load generator check: {results['loadgen']}")
 
-        seeds = measures.seed(bench, [mcp_names[0], "peer"], cfg.p1_tasks, workdir)
-        measures.share_seeds(seeds, mcp_names, mcp_names[0])
+        seeds = measures.seed(bench, [mcp_names[0], "peer", *pair[1:]], cfg.p1_tasks, workdir)
+        measures.share_seeds(seeds, [*mcp_names, *pair[:1]], mcp_names[0])
         log(f"seeded {cfg.p1_tasks} working and {cfg.p1_tasks} completed tasks on each side")
 
         if "p1" not in skip:
             results["records"] += measures.p1(bench, cfg, contenders, seeds)
+            if pair:
+                results["records"] += measures.p1(bench, cfg, pair, seeds, floors=False)
             if "sweeps" not in skip:
                 results["records"] += measures.p1_sweep(bench, cfg, contenders, seeds)
         if "pgbench" not in skip:
@@ -206,14 +219,18 @@ def main() -> None:
             except Exception as exc:
                 log(f"profiling failed: {exc!r}")
                 results["profile_error"] = repr(exc)
-        for name in (mcp_names[0], "peer"):
+        for name in (mcp_names[0], "peer", *pair[1:]):
             measures.cancel_seeded(bench, name, seeds[name]["working"])
         log(f"cancelled the seeded sleep tasks; quiet after {bench.wait_quiet():.1f}s")
 
         if "p2" not in skip:
             results["records"] += measures.p2(bench, cfg, contenders)
+            if pair:
+                results["records"] += measures.p2(bench, cfg, pair)
         if "p3" not in skip:
             results["records"] += measures.p3(bench, cfg, contenders, 32, cfg.rounds)
+            if pair:
+                results["records"] += measures.p3(bench, cfg, pair, 32, cfg.rounds)
             if "sweeps" not in skip:
                 for conc in (c for c in cfg.p3_sweep if c != 32):
                     results["records"] += measures.p3(

@@ -26,6 +26,7 @@ def run(
     duration: float = 8.0,
     threads: int = 1,
     timeout: str = "10s",
+    token: str | None = None,
 ) -> dict:
     wrk = shutil.which("wrk")
     if not wrk:
@@ -45,6 +46,8 @@ def run(
     ]
     if ids_file is not None:
         argv.append(str(ids_file))
+        if token:
+            argv.append(token)
     t0 = time.monotonic()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     out, err = proc.communicate()

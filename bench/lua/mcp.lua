@@ -1,8 +1,9 @@
 -- wrk script for the bench: POSTs MCP requests on the 2026-07-28 wire.
 --
---   wrk ... -s bench/lua/mcp.lua URL -- MODE [IDS_FILE]
+--   wrk ... -s bench/lua/mcp.lua URL -- MODE [IDS_FILE [TOKEN]]
 --
--- MODE: "get"  tasks/get, rotating over the task ids in IDS_FILE (one a line)
+-- MODE: "get"  tasks/get, rotating over the task ids in IDS_FILE (one a line);
+--              with TOKEN, every request carries "Authorization: Bearer TOKEN"
 --       "call" tools/call of the tool named by IDS_FILE's first line (e.g. noop)
 --       "bare" POST of a constant JSON-RPC body (the floor views)
 -- A reply is "bad" unless it is HTTP 200 and carries what the mode expects;
@@ -16,6 +17,11 @@ local i = 0
 local expect = '"taskId"'
 bad = 0
 local threads = {}
+local base_headers = {
+  ["Content-Type"] = "application/json",
+  ["Accept"] = "application/json, text/event-stream",
+  ["MCP-Protocol-Version"] = "2026-07-28",
+}
 
 function setup(thread)
   thread:set("id", #threads + 1)
@@ -31,15 +37,11 @@ function init(args)
   end
   -- Each thread starts at a different place in the list.
   if #ids > 0 then i = (id * 7919) % #ids end
+  if args[3] and #args[3] > 0 then base_headers["Authorization"] = "Bearer " .. args[3] end
   if mode == "bare" then expect = '"result"' end
   if mode == "call" then expect = '"resultType":"task"' end
 end
 
-local base_headers = {
-  ["Content-Type"] = "application/json",
-  ["Accept"] = "application/json, text/event-stream",
-  ["MCP-Protocol-Version"] = "2026-07-28",
-}
 
 function request()
   if mode == "get" then

@@ -22,13 +22,21 @@ re-enqueues tasks nobody claimed, so nothing is lost.
 The app applies it when a Celery worker starts with a Redis broker (its
 ``AppConfig.ready`` connects :func:`on_worker_init` to ``worker_init``); a site
 may also call it itself, in any process.
+
+:func:`keep_redis_clients` is a cost, not a safety, fix: kombu's Redis channel
+builds a new redis-py client object for every command it sends without one
+(each publish, each acknowledgement), and building one costs more CPU than
+the publish's own round trip. The channel keeps one instead, on the same
+connection pool. The worker applies it with the hardening; the web process,
+at its first run publish on a Redis broker (``dispatch.enqueue_run``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -76,6 +84,52 @@ def harden_redis_transport() -> bool:
     return True
 
 
+#: Set on the patched ``conn_or_acquire`` so that a second call sees the work is done.
+_KEEPS = "__mcptasks_keeps_clients__"
+
+
+def keep_redis_clients() -> bool:
+    """Make kombu's Redis channel reuse one redis-py client for the commands
+    it sends without a client of their own, instead of building one each
+    time. Idempotent; never raises.
+
+    The kept client is tied to the channel's connection pool: when the
+    channel drops its pools (closing, or in a forked child), the next command
+    builds a client on the new pool, as before. A redis-py client holds no
+    connection of its own (each command takes one from the pool), so threads
+    may share it. Returns ``False``, changing nothing, when kombu's internals
+    no longer have the shape this relies on.
+    """
+    try:
+        from kombu.transport import redis as kombu_redis
+    except ImportError:
+        return False
+    channel_class = getattr(kombu_redis, "Channel", None)
+    original = getattr(channel_class, "conn_or_acquire", None)
+    if channel_class is None or not callable(original) or not callable(getattr(channel_class, "_create_client", None)):
+        logger.info("kombu's Redis channel has no conn_or_acquire/_create_client; its clients are not kept")
+        return False
+    if getattr(original, _KEEPS, False):
+        return True
+
+    @contextlib.contextmanager
+    def conn_or_acquire(self: Any, client: Any = None) -> Iterator[Any]:
+        if client:
+            yield client
+            return
+        kept = self.__dict__.get("_mcptasks_client")
+        # ``_pool`` is None once the channel dropped its pools: build anew.
+        if kept is None or kept.connection_pool is not getattr(self, "_pool", None):
+            kept = self._create_client()
+            self.__dict__["_mcptasks_client"] = kept
+        yield kept
+
+    setattr(conn_or_acquire, _KEEPS, True)
+    conn_or_acquire.__wrapped__ = original  # type: ignore[attr-defined]
+    channel_class.conn_or_acquire = conn_or_acquire
+    return True
+
+
 def uses_redis(urls: Iterable[Any]) -> bool:
     """Whether any of these broker URLs (strings, lists of them, or
     ``;``-separated failover lists, as Celery accepts) is served by kombu's
@@ -99,6 +153,7 @@ def on_worker_init(sender: Any = None, **kwargs: Any) -> None:
         urls = (conf.broker_url, conf.broker_read_url, conf.broker_write_url)
         if uses_redis(urls):
             harden_redis_transport()
+            keep_redis_clients()
     except Exception:
         logger.warning("could not apply the Redis broker hardening", exc_info=True)
 

@@ -12,6 +12,7 @@ import logging
 
 from ..conf import settings
 from ..tasks import dispatch
+from . import brokers
 from .jobs import run_task
 
 logger = logging.getLogger("mcptasks.runtime")
@@ -20,7 +21,27 @@ logger = logging.getLogger("mcptasks.runtime")
 _RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
 
 
+#: Whether this process looked at its broker before its first publish.
+_broker_checked = False
+
+
+def _check_broker() -> None:
+    """On a Redis broker, publish without building a redis-py client per
+    message (``brokers.keep_redis_clients``). Once per process; a race only
+    repeats the idempotent check."""
+    global _broker_checked
+    try:
+        conf = run_task.app.conf
+        if brokers.uses_redis((conf.broker_url, conf.broker_write_url)):
+            brokers.keep_redis_clients()
+    except Exception:  # a cost, not a safety, measure: publish as Celery would
+        logger.warning("could not check the broker before publishing", exc_info=True)
+    _broker_checked = True
+
+
 def enqueue_run(task_id: str) -> bool:
+    if not _broker_checked:
+        _check_broker()
     options = {"queue": settings.CELERY_QUEUE} if settings.CELERY_QUEUE else {}
     try:
         # A short retry: after a broker restart the pooled connection is dead,
