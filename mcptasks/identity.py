@@ -13,6 +13,7 @@ from django.http import HttpRequest
 from django.utils.module_loading import import_string
 from rest_framework import exceptions
 from rest_framework.authentication import TokenAuthentication
+from rest_framework.parsers import BaseParser
 from rest_framework.request import Request
 
 from .conf import settings
@@ -30,13 +31,31 @@ class Caller:
     user: Any = None
     auth: Any = None
     authenticated: bool = False
+    #: The scopes the caller's token grants (hierarchy expanded); ``None`` for
+    #: credentials without scopes (sessions, static tokens, anonymous), which
+    #: every scope check lets through. Set by mcptasks.authorization.
+    scopes: frozenset[str] | None = None
+    #: Where a challenge sent to this caller points (RFC 9728 metadata URL).
+    resource_metadata: str | None = None
 
 
 class NotAuthenticated(Exception):
-    def __init__(self, message: str, www_authenticate: str | None = None) -> None:
+    def __init__(self, message: str, www_authenticate: str | None = None, status: int = 401) -> None:
         super().__init__(message)
         self.message = message
         self.www_authenticate = www_authenticate
+        self.status = status  # 403 for a token that lacks a needed scope
+
+
+class _BodyIgnored(BaseParser):
+    """The body is JSON-RPC, never credentials: an authentication class that
+    reads ``request.POST`` (django-oauth-toolkit's does) sees an empty form
+    instead of an unsupported media type."""
+
+    media_type = "*/*"
+
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> dict[str, Any]:
+        return {}
 
 
 @lru_cache(maxsize=8)
@@ -56,7 +75,7 @@ def identify(request: HttpRequest) -> Caller:
     anonymous access is allowed.
     """
     authenticators = [cls() for cls in _authenticator_classes(settings.AUTHENTICATION_CLASSES)]
-    drf_request = Request(request, authenticators=authenticators)
+    drf_request = Request(request, parsers=[_BodyIgnored()], authenticators=authenticators)
     try:
         user = drf_request.user
     except exceptions.APIException as exc:

@@ -24,9 +24,10 @@ from django.http.request import validate_host
 from django.views.decorators.csrf import csrf_exempt
 
 from . import limits
+from .authorization import authenticate
 from .conf import settings
 from .errors import INTERNAL_ERROR, INVALID_REQUEST, ProtocolError
-from .identity import Caller, NotAuthenticated, identify
+from .identity import Caller, NotAuthenticated
 from .limits import RateLimited
 from .wire import jsonrpc, legacy, modern
 from .wire.streaming import SSE_HEADERS, Deferred, Stream
@@ -59,7 +60,7 @@ def json_response(
 
 
 def error_response(exc: ProtocolError, request_id: Any = None, status: int = 400) -> HttpResponse:
-    headers = {}
+    headers = dict(getattr(exc, "headers", None) or {})  # a 403 insufficient_scope carries its challenge
     if isinstance(exc, RateLimited):
         headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after)))
     return json_response(jsonrpc.error(request_id, exc), status=status, headers=headers)
@@ -102,11 +103,11 @@ def is_legacy(request: HttpRequest, data: Any) -> bool:
 
 def _authenticated(request: HttpRequest, request_id: Any = None) -> Caller | HttpResponse:
     try:
-        return identify(request)
+        return authenticate(request)  # identify, then the OAuth resource-server checks
     except NotAuthenticated as exc:
         headers = {"WWW-Authenticate": exc.www_authenticate} if exc.www_authenticate else {}
         return json_response(
-            jsonrpc.error(request_id, ProtocolError(INVALID_REQUEST, exc.message)), status=401, headers=headers
+            jsonrpc.error(request_id, ProtocolError(INVALID_REQUEST, exc.message)), status=exc.status, headers=headers
         )
 
 

@@ -28,7 +28,7 @@ from django.core import signing
 from django.db import DatabaseError, transaction
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 
-from .. import lifecycle, limits
+from .. import authorization, lifecycle, limits
 from ..conf import settings
 from ..context import LOG_LEVELS, ToolContext, validate_input_response
 from ..errors import (
@@ -155,7 +155,8 @@ def _post_response(request: HttpRequest, data: dict[str, Any], caller: Caller) -
     try:
         return _client_response(data, caller, session)
     except ProtocolError as exc:  # the answer cannot be accepted
-        return _json(jsonrpc.error(None, exc), status=exc.http_status or 400)
+        headers = getattr(exc, "headers", None)  # a 403 insufficient_scope carries its challenge
+        return _json(jsonrpc.error(None, exc), status=exc.http_status or 400, headers=headers)
 
 
 def _guarded(request_id: Any, serve: Callable[[], HttpResponse]) -> HttpResponse:
@@ -164,7 +165,8 @@ def _guarded(request_id: Any, serve: Callable[[], HttpResponse]) -> HttpResponse
     try:
         return serve()
     except ProtocolError as exc:
-        return _json(jsonrpc.error(request_id, exc), status=exc.http_status or 200)
+        headers = getattr(exc, "headers", None)  # a 403 insufficient_scope carries its challenge
+        return _json(jsonrpc.error(request_id, exc), status=exc.http_status or 200, headers=headers)
     except DatabaseError:
         logger.exception("database error on the legacy wire")
         error = ProtocolError(INTERNAL_ERROR, "Internal error: the task store is unavailable; retry later")
@@ -252,6 +254,7 @@ def _client_response(data: dict[str, Any], caller: Caller, session: LegacySessio
     pending = InputRequest.objects.filter(task_id=ref, key=key).first() if task is not None else None
     if pending is None:
         return _http_error(400, "Unknown request id: no input request of yours has it")
+    authorization.require_task(caller, task)
     limits.throttle("update", caller.owner)
     actor = lifecycle.client_actor(caller.owner)
     if "error" in answer:
@@ -362,6 +365,7 @@ def list_tools(call: Call) -> Reply:
 
 def call_tool(call: Call) -> Reply:
     tool, arguments, kwargs = modern.resolve_tool_call(call.params, call.caller.owner)
+    authorization.require_tool(call.caller, tool)
     name = tool.name
     # Sessions without tasks ignore params.task, as the spec asks of a
     # receiver that did not declare task support.
@@ -549,6 +553,7 @@ def _task_for(call: Call) -> Task:
     task = legacy_sessions.visible_tasks(call.caller, call.session).filter(pk=task_id).first()
     if task is None:
         raise TaskNotFound()
+    authorization.require_task(call.caller, task)
     return task
 
 
@@ -620,6 +625,7 @@ def _decode_cursor(cursor: Any) -> tuple[datetime, str]:
 
 def list_tasks(call: Call) -> Reply:
     tasks = legacy_sessions.visible_tasks(call.caller, call.session).order_by("-created_at", "id")
+    tasks = tasks.exclude(tool_name__in=authorization.denied_tools(call.caller))  # tasks of tools out of scope
     cursor = call.params.get("cursor")
     if cursor is not None:
         if not isinstance(cursor, str):

@@ -1,0 +1,11 @@
+"""mcptasks with django-oauth-toolkit: the parts of MCP authorization that
+build on the toolkit (install ``mcptasks[oauth]``).
+
+* :mod:`mcptasks.oauth.urls`: RFC 9728 protected resource metadata for the MCP
+  endpoint, the toolkit's view filled from ``MCPTASKS``;
+* :mod:`mcptasks.oauth.registration`: a dynamic client registration
+  permission for MCP clients, which register before anyone has signed in.
+
+The resource-server checks on the endpoint itself (mcptasks.authorization)
+do not need the toolkit; only these modules import it.
+"""
