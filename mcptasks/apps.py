@@ -10,7 +10,7 @@ class MCPTasksConfig(AppConfig):
     def ready(self) -> None:
         from django.conf import settings as django_settings
 
-        from . import brokers, checks, jobs  # noqa: F401  (registers the system checks and the Celery tasks)
+        from . import authorization, brokers, checks, jobs  # noqa: F401  (registers the system checks and the Celery tasks)
         from .conf import settings
 
         # A worker on a Redis broker must survive a broker outage (see brokers.py).

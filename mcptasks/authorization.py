@@ -30,6 +30,7 @@ from dataclasses import replace
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from django.core.checks import CheckMessage, Error, Warning, register
 from django.http import HttpRequest
 from django.urls import NoReverseMatch, reverse
 
@@ -302,3 +303,87 @@ def denied_tools(caller: Caller) -> list[str]:
     from .registry import registry
 
     return [tool.name for tool in registry.all() if not has_scopes(caller, scopes_for_tool(tool))]
+
+
+# System checks ------------------------------------------------------------------------------
+
+
+def _http_url(value: Any) -> bool:
+    if not isinstance(value, str):
+        return False
+    parts = urlsplit(value)
+    return parts.scheme in ("http", "https") and bool(parts.netloc) and not parts.fragment
+
+
+def _routed(path: str) -> bool:
+    from django.urls import Resolver404, resolve
+
+    try:
+        resolve(path)
+    except Resolver404:
+        return False
+    return True
+
+
+@register("mcptasks")
+def check_authorization(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Half-configured resource servers (ids E020-E021, W020-W022; see docs/authorization.md)."""
+    from .registry import registry
+
+    try:
+        servers = settings.AUTHORIZATION_SERVERS
+        resource = settings.RESOURCE_URL
+    except (TypeError, ValueError):
+        return []  # mcptasks.E000 reports an invalid MCPTASKS
+    found: list[CheckMessage] = []
+    if servers is not None:
+        bad = [s for s in servers if not (isinstance(s, str) and (s.startswith("/") or _http_url(s)))]
+        if not servers or bad:
+            found.append(
+                Error(
+                    "MCPTASKS['AUTHORIZATION_SERVERS'] must list issuer URLs (or '/' for this site): "
+                    + (f"{bad!r} are not" if bad else "it is empty, so no client could find where to sign in"),
+                    hint="Set it to None to turn the OAuth resource server off.",
+                    id="mcptasks.E020",
+                )
+            )
+    if resource is not None and not _http_url(resource):
+        found.append(
+            Error(
+                f"MCPTASKS['RESOURCE_URL'] must be the endpoint's absolute http(s) URL, not {resource!r}.",
+                id="mcptasks.E021",
+            )
+        )
+    scoped = [t.name for t in registry.all() if t.scopes]
+    if servers is None and (settings.SCOPES or scoped):
+        found.append(
+            Warning(
+                "Scopes are required (MCPTASKS['SCOPES'] or @tool(scopes=...)) but "
+                "MCPTASKS['AUTHORIZATION_SERVERS'] is not set: clients are refused without "
+                "being told where to get a token with those scopes.",
+                id="mcptasks.W020",
+            )
+        )
+    if servers:
+        path = endpoint_path().rstrip("/")
+        if not _routed(WELL_KNOWN + path):
+            found.append(
+                Warning(
+                    f"No protected resource metadata is served at {WELL_KNOWN + path}: "
+                    "clients cannot discover the authorization server.",
+                    hint='Add path("", include("mcptasks.oauth.urls")) to the root URLconf.',
+                    id="mcptasks.W021",
+                )
+            )
+        for entry in servers:
+            if isinstance(entry, str) and entry.startswith("/"):
+                metadata = "/.well-known/oauth-authorization-server" + entry.rstrip("/")
+                if not _routed(metadata):
+                    found.append(
+                        Warning(
+                            f"AUTHORIZATION_SERVERS names {entry!r} on this site, but nothing serves {metadata}.",
+                            hint="Mount django-oauth-toolkit's metadata_urlpatterns at the root.",
+                            id="mcptasks.W022",
+                        )
+                    )
+    return found
