@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from django.http import HttpRequest
+from django.http import HttpRequest, QueryDict
 from django.utils.module_loading import import_string
 from rest_framework import exceptions
 from rest_framework.authentication import TokenAuthentication
@@ -54,8 +54,8 @@ class _BodyIgnored(BaseParser):
 
     media_type = "*/*"
 
-    def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> dict[str, Any]:
-        return {}
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> QueryDict:
+        return QueryDict()
 
 
 @lru_cache(maxsize=8)

@@ -154,6 +154,13 @@ def test_legacy_initialize_and_stream_without_a_token_get_the_challenge(client, 
     assert_challenge(stream)
 
 
+@pytest.mark.parametrize("content_type", ["application/x-www-form-urlencoded", "text/plain", "multipart/form-data"])
+def test_any_content_type_gets_the_challenge_not_a_crash(client, signed_in_only, content_type):
+    """django-oauth-toolkit's class reads ``request.POST``: a body it cannot
+    parse as a form (the body is JSON-RPC) must not break authentication."""
+    assert_challenge(rpc_for(client, None).request("tools/list", headers={"Content-Type": content_type}))
+
+
 @pytest.mark.parametrize("anonymous", [False, True])
 def test_garbage_token_is_401_even_when_anonymous_is_allowed(client, settings, anonymous):
     settings.MCPTASKS = {**settings.MCPTASKS, "ALLOW_ANONYMOUS": anonymous}
