@@ -142,7 +142,7 @@ MCPTASKS = {
     # OAuth access tokens first: that class passes over a token it does not
     # know, so a static DRF token ("Bearer <key>", for scripts) is tried next.
     "AUTHENTICATION_CLASSES": [
-        "oauth2_provider.contrib.rest_framework.OAuth2Authentication",
+        "mcptasks.oauth.authentication.OAuth2Authentication",
         "mcptasks.identity.BearerTokenAuthentication",
         "rest_framework.authentication.TokenAuthentication",
     ],

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import secrets
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -407,3 +409,98 @@ def test_checks_find_half_configured_setups(settings, override, expected):
 def test_checks_find_missing_metadata_routes(settings):
     settings.ROOT_URLCONF = "tests.urls_without_metadata"
     assert {"mcptasks.W021", "mcptasks.W022"} <= ids({}, settings)
+
+
+# Dynamic client registration ---------------------------------------------------------------
+
+
+def register(client: Any, **metadata: Any) -> Any:
+    body = {
+        "client_name": "an MCP client",
+        "redirect_uris": ["http://127.0.0.1:33418/callback"],
+        "grant_types": ["authorization_code", "refresh_token"],
+        "token_endpoint_auth_method": "none",
+        **metadata,
+    }
+    return client.post("/o/register/", data=json.dumps(body), content_type="application/json")
+
+
+def test_an_mcp_client_registers_without_signing_in(client):
+    response = register(client)
+    assert response.status_code == 201, response.content
+    registered = response.json()
+    assert registered["client_id"] and "client_secret" not in registered
+    app = get_application_model().objects.get(client_id=registered["client_id"])
+    assert (app.client_type, app.authorization_grant_type, app.skip_authorization) == (
+        "public",
+        "authorization-code",
+        False,
+    ), "a registered client still needs the user's consent"
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        {"grant_types": ["client_credentials"]},
+        {"grant_types": ["password"]},
+        {"redirect_uris": ["http://attacker.example/callback"]},
+        {"redirect_uris": ["javascript:alert(1)"]},
+        {"redirect_uris": []},
+    ],
+)
+def test_registration_is_open_only_for_what_an_mcp_client_needs(client, metadata):
+    response = register(client, **metadata)
+    assert response.status_code == 401, response.content  # the toolkit refuses with 401
+    assert not get_application_model().objects.exists()
+
+
+def test_registrations_per_address_are_bounded(client, settings):
+    from django.core.cache import cache
+
+    cache.clear()
+    settings.MCPTASKS_REGISTRATIONS_PER_HOUR = 2
+    assert [register(client).status_code for _ in range(3)] == [201, 201, 401]
+    cache.clear()
+
+
+def test_mcptasks_works_without_django_oauth_toolkit(tmp_path):
+    """The app imports the toolkit only in mcptasks.oauth: a site without it
+    still starts, passes its checks and serves the challenge."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "without_toolkit.py"
+    script.write_text(
+        "import sys\n"
+        "sys.modules['oauth2_provider'] = None  # as if it were not installed\n"
+        "import django\n"
+        "from django.conf import settings\n"
+        "settings.configure(\n"
+        "    INSTALLED_APPS=['django.contrib.contenttypes', 'django.contrib.auth', 'rest_framework', 'mcptasks'],\n"
+        "    DATABASES={'default': {'ENGINE': 'django.db.backends.sqlite3', 'NAME': ':memory:'}},\n"
+        "    ROOT_URLCONF='tests.urls_without_metadata', ALLOWED_HOSTS=['testserver'],\n"
+        "    MCPTASKS={'AUTHORIZATION_SERVERS': ['https://login.example.org'], 'SCOPES': ['mcp'],\n"
+        "              'AUTHENTICATION_CLASSES': ['mcptasks.identity.BearerTokenAuthentication']},\n"
+        "    CELERY_BROKER_URL='memory://',\n"
+        ")\n"
+        "django.setup()\n"
+        "from django.core.checks import run_checks\n"
+        "from django.test import RequestFactory\n"
+        "from mcptasks import authorization\n"
+        "ids = sorted(m.id for m in run_checks(tags=['mcptasks']))\n"
+        "request = RequestFactory().post('/mcp')\n"
+        "try:\n"
+        "    authorization.authenticate(request)\n"
+        "except Exception as exc:\n"
+        "    print(ids, exc.status, exc.www_authenticate)\n"
+    )
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    done = subprocess.run([sys.executable, str(script)], cwd=repo, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "mcptasks.W021" in done.stdout, "the metadata route is missing there, and the check says so"
+    assert (
+        '401 Bearer resource_metadata="http://testserver/.well-known/oauth-protected-resource/mcp", scope="mcp"'
+        in done.stdout
+    )

@@ -4,7 +4,9 @@ build on the toolkit (install ``mcptasks[oauth]``).
 * :mod:`mcptasks.oauth.urls`: RFC 9728 protected resource metadata for the MCP
   endpoint, the toolkit's view filled from ``MCPTASKS``;
 * :mod:`mcptasks.oauth.registration`: a dynamic client registration
-  permission for MCP clients, which register before anyone has signed in.
+  permission for MCP clients, which register before anyone has signed in;
+* :mod:`mcptasks.oauth.authentication`: the toolkit's DRF authentication,
+  without its overhead on requests that carry no bearer token.
 
 The resource-server checks on the endpoint itself (mcptasks.authorization)
 do not need the toolkit; only these modules import it.
