@@ -260,6 +260,44 @@ def test_legacy_era_checks_tool_scopes(client, issue):
     assert task_id in {t["taskId"] for t in admin.request("tasks/list").result["tasks"]}
 
 
+def test_one_user_two_clients_share_the_users_tasks(client, issue, django_user_model):
+    """A task is bound to the user, not the OAuth client (docs/authorization.md)."""
+    first = rpc_for(client, issue("alice", scope="mcp"))
+    task_id = first.call_tool("slow_compute", {"seconds": 0}, extra={"task": {}}).result["taskId"]
+    other_app = get_application_model().objects.create(
+        name="IDE",
+        client_type="public",
+        authorization_grant_type="authorization-code",
+        redirect_uris="http://127.0.0.1:8888/cb",
+    )
+    raw = secrets.token_urlsafe(24)
+    token = get_access_token_model()(
+        user=django_user_model.objects.get(username="alice"),
+        application=other_app,
+        scope="mcp",
+        resource=[RESOURCE],
+        expires=timezone.now() + timedelta(hours=1),
+    )
+    set_token_value(token, raw)
+    token.save()
+    assert rpc_for(client, raw).tasks_get(task_id).result["taskId"] == task_id
+
+
+def test_without_authorization_servers_bad_tokens_are_still_refused(client, settings, issue):
+    settings.MCPTASKS = {**settings.MCPTASKS, "AUTHORIZATION_SERVERS": None, "ALLOW_ANONYMOUS": True}
+    reply = rpc_for(client, "garbage").request("tools/list")
+    assert reply.status == 401 and reply.headers["WWW-Authenticate"].startswith("Bearer")
+    anonymous = rpc_for(client, None).call_tool("confirm_delete", {"filename": "f"})
+    assert anonymous.result["resultType"] == "task", "anonymous callers are not limited by scopes"
+    narrow = rpc_for(client, issue(scope="mcp")).call_tool("confirm_delete", {"filename": "f"})
+    assert narrow.status == 403, "a token's scopes are enforced either way"
+    assert challenge_params(narrow.headers["WWW-Authenticate"]) == {
+        "error": "insufficient_scope",
+        "error_description": "This request needs the scope 'mcp mcp:delete'.",
+        "scope": "mcp mcp:delete",
+    }
+
+
 def test_static_tokens_keep_working_without_scopes(client, django_user_model, signed_in_only):
     from rest_framework.authtoken.models import Token
 
