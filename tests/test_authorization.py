@@ -542,3 +542,29 @@ def test_mcptasks_works_without_django_oauth_toolkit(tmp_path):
         '401 Bearer resource_metadata="http://testserver/.well-known/oauth-protected-resource/mcp", scope="mcp"'
         in done.stdout
     )
+
+
+@pytest.mark.parametrize("method", ["plain", None])
+def test_authorization_requests_need_pkce_s256(client, django_user_model, client_app, method):
+    client.force_login(django_user_model.objects.create(username="carol"))
+    query = {
+        "response_type": "code",
+        "client_id": client_app.client_id,
+        "redirect_uri": "http://127.0.0.1:7777/callback",
+        "scope": "mcp",
+        "state": "s",
+        "resource": RESOURCE,
+    }
+    if method:
+        query.update(code_challenge="a" * 43, code_challenge_method=method)
+    # Approving anyway (the consent form's own fields) gets no code.
+    approved = client.post("/o/authorize/", {**query, "allow": "Authorize"})
+    location = approved.get("Location", "")
+    assert "code=" not in location, location
+    assert approved.status_code == 400 or "error=invalid_request" in location, (approved.status_code, location)
+    query.update(code_challenge="a" * 43, code_challenge_method="S256")
+    consent = client.get("/o/authorize/", query)
+    assert consent.status_code == 200 and b"authorizationForm" in consent.content
+    assert b"<code>mcp</code>" in consent.content and b"Desktop assistant" in consent.content
+    granted = client.post("/o/authorize/", {**query, "allow": "Authorize"})["Location"]
+    assert "code=" in granted and "iss=http%3A%2F%2Ftestserver" in granted, granted
