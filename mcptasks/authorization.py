@@ -328,8 +328,6 @@ def _routed(path: str) -> bool:
 @register("mcptasks")
 def check_authorization(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """Half-configured resource servers (ids E020-E021, W020-W022; see docs/authorization.md)."""
-    from .registry import registry
-
     try:
         servers = settings.AUTHORIZATION_SERVERS
         resource = settings.RESOURCE_URL
@@ -354,13 +352,13 @@ def check_authorization(app_configs: Any = None, **kwargs: Any) -> list[CheckMes
                 id="mcptasks.E021",
             )
         )
-    scoped = [t.name for t in registry.all() if t.scopes]
-    if servers is None and (settings.SCOPES or scoped):
+    # Only the site's own baseline: tools' scopes (possibly from a third-party
+    # app) only narrow OAuth tokens and are harmless on a site without them.
+    if servers is None and settings.SCOPES:
         found.append(
             Warning(
-                "Scopes are required (MCPTASKS['SCOPES'] or @tool(scopes=...)) but "
-                "MCPTASKS['AUTHORIZATION_SERVERS'] is not set: clients are refused without "
-                "being told where to get a token with those scopes.",
+                "MCPTASKS['SCOPES'] is set but MCPTASKS['AUTHORIZATION_SERVERS'] is not: "
+                "clients are refused without being told where to get a token with those scopes.",
                 id="mcptasks.W020",
             )
         )
