@@ -30,11 +30,11 @@ from mcp.client.auth import OAuthClientProvider
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
 
-from tests.support import live
+from tests.support import live, postgres_only
 from tests.support.rpc import TASKS_CAPS, HttpRpc
 from tests.support.sdk_tasks import TasksExtension
 
-pytestmark = pytest.mark.live
+pytestmark = [pytest.mark.live, postgres_only.LIVE_STACK]
 
 PASSWORD = "correct horse battery staple"
 CALLBACK = "http://127.0.0.1:9/callback"  # never served: the test reads the redirect itself
