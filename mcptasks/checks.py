@@ -20,16 +20,25 @@ E005    a worker lease that a heartbeat cannot keep alive (needs > 2 heartbeats)
 W006    cancels noticed more than a second late (``CANCEL_POLL_SECONDS`` > 1)
 E006    a count or interval that must be positive is not
 W007    the sweeper or the purge is missing from the Celery beat schedule
+E020    ``AUTHORIZATION_SERVERS`` is empty or lists something that is not an issuer
+E021    ``RESOURCE_URL`` is not an absolute http(s) URL
+W020    ``SCOPES`` set without ``AUTHORIZATION_SERVERS``: nobody is told where to sign in
+W021    no protected resource metadata is routed for the endpoint
+W022    a same-site authorization server whose RFC 8414 metadata is not routed
 ======  ==========================================================================
 """
 
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings as django_settings
 from django.core.checks import Error, Warning, register
+from django.urls import Resolver404, resolve
 from django.utils.module_loading import import_string
+
+from .protocol.authorization import WELL_KNOWN, endpoint_path
 
 TAG = "mcptasks"
 IN_MEMORY_LAYER = "channels.layers.InMemoryChannelLayer"
@@ -244,3 +253,81 @@ def check_timing(app_configs: Any = None, **kwargs: Any) -> list[Any]:
             )
         )
     return errors
+
+
+def _http_url(value: Any) -> bool:
+    if not isinstance(value, str):
+        return False
+    parts = urlsplit(value)
+    return parts.scheme in ("http", "https") and bool(parts.netloc) and not parts.fragment
+
+
+def _routed(path: str) -> bool:
+    try:
+        resolve(path)
+    except Resolver404:
+        return False
+    return True
+
+
+@register(TAG)
+def check_authorization(app_configs: Any = None, **kwargs: Any) -> list[Any]:
+    """Half-configured resource servers (see docs/authorization.md)."""
+    try:
+        conf = _mcp_settings()
+    except (TypeError, ValueError):
+        return []  # mcptasks.E000 reports an invalid MCPTASKS
+    servers = conf.AUTHORIZATION_SERVERS
+    resource = conf.RESOURCE_URL
+    found: list[Any] = []
+    if servers is not None:
+        bad = [s for s in servers if not (isinstance(s, str) and (s.startswith("/") or _http_url(s)))]
+        if not servers or bad:
+            found.append(
+                Error(
+                    "MCPTASKS['AUTHORIZATION_SERVERS'] must list issuer URLs (or '/' for this site): "
+                    + (f"{bad!r} are not" if bad else "it is empty, so no client could find where to sign in"),
+                    hint="Set it to None to turn the OAuth resource server off.",
+                    id="mcptasks.E020",
+                )
+            )
+    if resource is not None and not _http_url(resource):
+        found.append(
+            Error(
+                f"MCPTASKS['RESOURCE_URL'] must be the endpoint's absolute http(s) URL, not {resource!r}.",
+                id="mcptasks.E021",
+            )
+        )
+    # Only the site's own baseline: tools' scopes (possibly from a third-party
+    # app) only narrow OAuth tokens and are harmless on a site without them.
+    if servers is None and conf.SCOPES:
+        found.append(
+            Warning(
+                "MCPTASKS['SCOPES'] is set but MCPTASKS['AUTHORIZATION_SERVERS'] is not: "
+                "clients are refused without being told where to get a token with those scopes.",
+                id="mcptasks.W020",
+            )
+        )
+    if servers:
+        path = endpoint_path().rstrip("/")
+        if not _routed(WELL_KNOWN + path):
+            found.append(
+                Warning(
+                    f"No protected resource metadata is served at {WELL_KNOWN + path}: "
+                    "clients cannot discover the authorization server.",
+                    hint='Add path("", include("mcptasks.oauth.urls")) to the root URLconf.',
+                    id="mcptasks.W021",
+                )
+            )
+        for entry in servers:
+            if isinstance(entry, str) and entry.startswith("/"):
+                metadata = "/.well-known/oauth-authorization-server" + entry.rstrip("/")
+                if not _routed(metadata):
+                    found.append(
+                        Warning(
+                            f"AUTHORIZATION_SERVERS names {entry!r} on this site, but nothing serves {metadata}.",
+                            hint="Mount django-oauth-toolkit's metadata_urlpatterns at the root.",
+                            id="mcptasks.W022",
+                        )
+                    )
+    return found

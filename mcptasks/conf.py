@@ -107,6 +107,21 @@ class MCPTasksSettings:
     #: Allowed ``Origin`` values (scheme://host[:port]); ``None`` allows only
     #: origins whose host is in ``ALLOWED_HOSTS`` or is a loopback name.
     ALLOWED_ORIGINS: tuple[str, ...] | None = None
+    # OAuth 2.1 resource server (MCP authorization; see mcptasks.web.authorization).
+    #: Issuers of the tokens this endpoint accepts, for the protected resource
+    #: metadata and the 401 challenge. ``None`` turns the resource-server part
+    #: off. An entry that is a path ("/") names an authorization server on this
+    #: site, resolved against the request's origin.
+    AUTHORIZATION_SERVERS: tuple[str, ...] | None = None
+    #: Canonical URL of the MCP endpoint: the RFC 8707 resource that tokens
+    #: must be issued for. ``None`` derives it from each request.
+    RESOURCE_URL: str | None = None
+    #: Scopes every MCP request needs (what the 401 challenge asks for).
+    SCOPES: tuple[str, ...] = ()
+    #: Scope hierarchy: a granted scope also grants the scopes listed for it.
+    SCOPE_HIERARCHY: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: ``resource_name`` in the protected resource metadata.
+    RESOURCE_NAME: str | None = None
 
     @classmethod
     def from_django(cls) -> MCPTasksSettings:
@@ -117,8 +132,10 @@ class MCPTasksSettings:
             raise ValueError(f"Unknown MCPTASKS settings: {sorted(unknown)}")
         values: dict[str, Any] = {}
         for name, value in user.items():
-            if name in ("AUTHENTICATION_CLASSES", "ALLOWED_ORIGINS") and value is not None:
-                value = tuple(value)
+            if name in ("AUTHENTICATION_CLASSES", "ALLOWED_ORIGINS", "AUTHORIZATION_SERVERS", "SCOPES"):
+                value = None if value is None else tuple(value)
+            if name == "SCOPE_HIERARCHY":
+                value = {str(k): tuple(v) for k, v in (value or {}).items()}
             if name == "THROTTLE_RATES":
                 value = dict(value or {})
             values[name] = value

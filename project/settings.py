@@ -34,6 +34,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "rest_framework.authtoken",
+    "oauth2_provider",
     "mcptasks",
     "project.demo",
 ]
@@ -140,12 +141,24 @@ if REDIS_URL:
 
 MCPTASKS = {
     "SERVER_NAME": "mcptasks-example",
+    # OAuth access tokens first: that class passes over a token it does not
+    # know, so a static DRF token ("Bearer <key>", for scripts) is tried next.
     "AUTHENTICATION_CLASSES": [
+        "mcptasks.oauth.authentication.OAuth2Authentication",
         "mcptasks.identity.BearerTokenAuthentication",
         "rest_framework.authentication.TokenAuthentication",
     ],
-    # The example site serves anonymous callers (the conformance suite is one).
+    # The example site serves anonymous callers (the conformance suite is one);
+    # MCP_ALLOW_ANONYMOUS=false makes every client sign in.
     "ALLOW_ANONYMOUS": env.bool("MCP_ALLOW_ANONYMOUS", default=True),
+    # The OAuth resource server: tokens come from this site's own
+    # authorization server (django-oauth-toolkit, below), "/" being this
+    # site's origin. MCP_RESOURCE_URL pins the endpoint's public URL (behind
+    # a proxy, say); without it the URL is taken from each request.
+    "AUTHORIZATION_SERVERS": env.list("MCP_AUTHORIZATION_SERVERS", default=["/"]),
+    "RESOURCE_URL": env("MCP_RESOURCE_URL", default=None),
+    "SCOPES": ["mcp"],
+    "SCOPE_HIERARCHY": {"mcp:admin": ["mcp", "mcp:delete"]},
     "POLL_INTERVAL_MS": env.int("MCP_POLL_INTERVAL_MS", default=500),
     "LEASE_SECONDS": env.float("MCP_LEASE_SECONDS", default=30.0),
     "HEARTBEAT_SECONDS": env.float("MCP_HEARTBEAT_SECONDS", default=5.0),
@@ -166,6 +179,37 @@ MCPTASKS = {
 # default. Naming real services brings the checks back.
 if "DATABASE_URL" not in env.ENVIRON and "CELERY_BROKER_URL" not in env.ENVIRON and not REDIS_URL:
     SILENCED_SYSTEM_CHECKS = ["mcptasks.W001", "mcptasks.W003", "mcptasks.W004", "mcptasks.W005"]
+
+# django-oauth-toolkit as the site's authorization server for MCP clients:
+# RFC 8414 metadata, authorization code with PKCE (S256 only), RFC 8707
+# resource indicators, dynamic registration open to MCP clients (within the
+# limits of mcptasks.oauth.registration), Client ID Metadata Documents, and
+# the RFC 9207 ``iss`` in every authorization response. Users sign in with
+# Django's login (templates/registration/login.html) and approve each client
+# on templates/oauth2_provider/authorize.html.
+OAUTH2_PROVIDER = {
+    "SCOPES": {
+        "mcp": "Use the MCP tools of this site and follow their tasks",
+        "mcp:delete": "Delete files (the confirm_delete tool)",
+        "mcp:admin": "Everything the MCP tools of this site can do",
+    },
+    "DEFAULT_SCOPES": ["mcp"],
+    "PKCE_REQUIRED": True,
+    "COMPLIANT_BCP_RFC9700_PKCE_METHOD": True,
+    "COMPLIANT_BCP_RFC9700_AUTHZ_RESPONSE_ISS": True,
+    "COMPLIANT_BCP_RFC9700_IMPLICIT_GRANT": True,
+    "COMPLIANT_BCP_RFC9700_PASSWORD_GRANT": True,
+    "OAUTH2_RESPONSE_TYPES_SUPPORTED": ["code"],
+    "OAUTH2_GRANT_TYPES_SUPPORTED": ["authorization_code", "refresh_token"],
+    "OAUTH2_TOKEN_ENDPOINT_AUTH_METHODS_SUPPORTED": ["none", "client_secret_basic", "client_secret_post"],
+    "ACCESS_TOKEN_EXPIRE_SECONDS": env.int("OAUTH_ACCESS_TOKEN_SECONDS", default=3600),
+    "ROTATE_REFRESH_TOKEN": True,
+    "REFRESH_TOKEN_REUSE_PROTECTION": True,
+    "DCR_ENABLED": True,
+    "DCR_REGISTRATION_PERMISSION_CLASSES": ("mcptasks.oauth.registration.MCPClientRegistrationPermission",),
+    "CIMD_ENABLED": True,
+}
+LOGIN_URL = "/accounts/login/"
 
 LOGGING = {
     "version": 1,

@@ -108,6 +108,20 @@ def test_public_import_paths():
     assert importlib.import_module("mcptasks.urls").urlpatterns
 
 
+def test_oauth_public_paths():
+    """Sites name these in their settings and URLconf (docs/authorization.md)."""
+    from oauth2_provider.contrib.rest_framework import OAuth2Authentication as ToolkitOAuth2Authentication
+
+    from mcptasks.oauth.authentication import OAuth2Authentication
+    from mcptasks.oauth.registration import MCPClientRegistrationPermission
+    from mcptasks.oauth.urls import app_name, urlpatterns
+
+    assert issubclass(OAuth2Authentication, ToolkitOAuth2Authentication)
+    assert callable(MCPClientRegistrationPermission().has_permission)
+    assert app_name == "mcptasks_oauth"
+    assert {route.name for route in urlpatterns} == {"protected-resource-metadata", "protected-resource-metadata-path"}
+
+
 def test_celery_task_names_are_unchanged():
     """Messages already queued name these tasks; a rename would strand them."""
     from celery import current_app

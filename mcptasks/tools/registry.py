@@ -25,7 +25,7 @@ from __future__ import annotations
 import inspect
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_type_hints
 
@@ -59,6 +59,9 @@ class Tool:
     #: MRTR way), then continues as a task.
     starts_inline: bool = False
     meta: dict[str, Any] = field(default_factory=dict)
+    #: OAuth scopes a caller's token needs for this tool and its tasks
+    #: (on top of ``MCPTASKS["SCOPES"]``; see mcptasks.protocol.authorization).
+    scopes: tuple[str, ...] = ()
 
     def validate_arguments(self, arguments: Any) -> dict[str, Any]:
         """Validated keyword arguments, or ``InvalidParams`` saying what is wrong."""
@@ -309,6 +312,7 @@ def tool(
     input_schema: dict[str, Any] | None = None,
     meta: dict[str, Any] | None = None,
     starts_inline: bool = False,
+    scopes: Iterable[str] = (),
     registry: Registry = registry,
 ) -> Any:
     """Register ``fn`` as a tool. Usable bare (``@tool``) or with options.
@@ -317,6 +321,9 @@ def tool(
     call ``ctx.hand_off()``, asking any questions there the MRTR way, and
     continue as a task from that point (without the extension, or in ``never``
     mode, they simply run to the end inline).
+
+    ``scopes`` are the OAuth scopes a token needs to call the tool and to
+    reach its tasks (403 ``insufficient_scope`` otherwise).
 
     ``input_schema`` replaces the schema derived from the type hints for
     display only (for example, to add ``x-mcp-header``); arguments are still
@@ -350,6 +357,7 @@ def tool(
                 starts_inline=starts_inline,
                 header_params=_header_params(schema, tool_name),
                 meta=dict(meta or {}),
+                scopes=(scopes,) if isinstance(scopes, str) else tuple(scopes),
             )
         )
         return func

@@ -8,10 +8,11 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from django.http import HttpRequest
+from django.http import HttpRequest, QueryDict
 from django.utils.module_loading import import_string
 from rest_framework import exceptions
 from rest_framework.authentication import TokenAuthentication
+from rest_framework.parsers import BaseParser
 from rest_framework.request import Request
 
 from ..conf import settings
@@ -25,10 +26,22 @@ class BearerTokenAuthentication(TokenAuthentication):
 
 
 class NotAuthenticated(Exception):
-    def __init__(self, message: str, www_authenticate: str | None = None) -> None:
+    def __init__(self, message: str, www_authenticate: str | None = None, status: int = 401) -> None:
         super().__init__(message)
         self.message = message
         self.www_authenticate = www_authenticate
+        self.status = status  # 403 for a token that lacks a needed scope
+
+
+class _BodyIgnored(BaseParser):
+    """The body is JSON-RPC, never credentials: an authentication class that
+    reads ``request.POST`` (django-oauth-toolkit's does) sees an empty form
+    instead of an unsupported media type."""
+
+    media_type = "*/*"
+
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> QueryDict:
+        return QueryDict()
 
 
 @lru_cache(maxsize=8)
@@ -48,7 +61,7 @@ def identify(request: HttpRequest) -> Caller:
     anonymous access is allowed.
     """
     authenticators = [cls() for cls in _authenticator_classes(settings.AUTHENTICATION_CLASSES)]
-    drf_request = Request(request, authenticators=authenticators)
+    drf_request = Request(request, parsers=[_BodyIgnored()], authenticators=authenticators)
     try:
         user = drf_request.user
     except exceptions.APIException as exc:

@@ -30,7 +30,8 @@ from ..protocol.modern.headers import META_VERSION
 from ..protocol.responses import json_response
 from ..protocol.streaming import SSE_HEADERS, Deferred, Stream
 from ..protocol.threads import tool_threads, worker_threads
-from .identity import Caller, NotAuthenticated, identify
+from .authorization import authenticate
+from .identity import Caller, NotAuthenticated
 
 logger = logging.getLogger("mcptasks.views")
 
@@ -38,7 +39,7 @@ _LOOPBACK = {"localhost", "127.0.0.1", "[::1]", "::1"}
 
 
 def error_response(exc: ProtocolError, request_id: Any = None, status: int = 400) -> HttpResponse:
-    headers = {}
+    headers = dict(getattr(exc, "headers", None) or {})  # a 403 insufficient_scope carries its challenge
     if isinstance(exc, RateLimited):
         headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after)))
     return json_response(jsonrpc.error(request_id, exc), status=status, headers=headers)
@@ -81,11 +82,11 @@ def is_legacy(request: HttpRequest, data: Any) -> bool:
 
 def _authenticated(request: HttpRequest, request_id: Any = None) -> Caller | HttpResponse:
     try:
-        return identify(request)
+        return authenticate(request)  # identify, then the OAuth resource-server checks
     except NotAuthenticated as exc:
         headers = {"WWW-Authenticate": exc.www_authenticate} if exc.www_authenticate else {}
         return json_response(
-            jsonrpc.error(request_id, ProtocolError(INVALID_REQUEST, exc.message)), status=401, headers=headers
+            jsonrpc.error(request_id, ProtocolError(INVALID_REQUEST, exc.message)), status=exc.status, headers=headers
         )
 
 

@@ -259,7 +259,7 @@ def protocol_error_job(ctx: ToolContext) -> str:
     raise ProtocolError(INTERNAL_ERROR, "Simulated protocol error during execution")
 
 
-@tool(task="required", description="Deletes a file after the user confirms.")
+@tool(task="required", scopes=["mcp:delete"], description="Deletes a file after the user confirms.")
 def confirm_delete(ctx: ToolContext, filename: str) -> str:
     answer = ctx.elicit(
         f"Delete {filename}?",

@@ -91,7 +91,7 @@ def tail(path: Path, lines: int = 40) -> str:
 
 
 def wait_http(url: str, proc: subprocess.Popen[bytes], log: Path, *, timeout: float = 60.0) -> None:
-    """Until a server/discover on ``url`` answers 200."""
+    """Until a server/discover on ``url`` answers 200 (or 401 when anonymous access is off)."""
     import httpx
 
     body = {
@@ -113,7 +113,7 @@ def wait_http(url: str, proc: subprocess.Popen[bytes], log: Path, *, timeout: fl
             raise RuntimeError(f"server exited with {proc.returncode} before answering:\n{tail(log)}")
         try:
             response = httpx.post(url, json=body, headers=headers, timeout=2)
-            if response.status_code == 200:
+            if response.status_code in (200, 401):  # 401: up, and it wants a signed-in caller
                 return
             last = response.status_code
         except httpx.HTTPError as exc:

@@ -40,7 +40,7 @@ from ...tasks import lifecycle
 from ...tools.context import LOG_LEVELS, ToolContext, validate_input_response
 from ...tools.invoke import invoke
 from ...tools.registry import Tool, registry
-from .. import jsonrpc, limits
+from .. import authorization, jsonrpc, limits
 from ..caller import Caller
 from ..modern import handlers as modern
 from ..modern.headers import server_info
@@ -150,7 +150,8 @@ def _post_response(request: HttpRequest, data: dict[str, Any], caller: Caller) -
     try:
         return _client_response(data, caller, session)
     except ProtocolError as exc:  # the answer cannot be accepted
-        return _json(jsonrpc.error(None, exc), status=exc.http_status or 400)
+        headers = getattr(exc, "headers", None)  # a 403 insufficient_scope carries its challenge
+        return _json(jsonrpc.error(None, exc), status=exc.http_status or 400, headers=headers)
 
 
 def _guarded(request_id: Any, serve: Callable[[], HttpResponse]) -> HttpResponse:
@@ -159,7 +160,8 @@ def _guarded(request_id: Any, serve: Callable[[], HttpResponse]) -> HttpResponse
     try:
         return serve()
     except ProtocolError as exc:
-        return _json(jsonrpc.error(request_id, exc), status=exc.http_status or 200)
+        headers = getattr(exc, "headers", None)  # a 403 insufficient_scope carries its challenge
+        return _json(jsonrpc.error(request_id, exc), status=exc.http_status or 200, headers=headers)
     except DatabaseError:
         logger.exception("database error on the legacy wire")
         error = ProtocolError(INTERNAL_ERROR, "Internal error: the task store is unavailable; retry later")
@@ -247,6 +249,7 @@ def _client_response(data: dict[str, Any], caller: Caller, session: LegacySessio
     pending = InputRequest.objects.filter(task_id=ref, key=key).first() if task is not None else None
     if pending is None:
         return _http_error(400, "Unknown request id: no input request of yours has it")
+    authorization.require_task(caller, task)
     limits.throttle("update", caller.owner)
     actor = lifecycle.client_actor(caller.owner)
     if "error" in answer:
@@ -307,6 +310,7 @@ def list_tools(call: Call) -> Reply:
 
 def call_tool(call: Call) -> Reply:
     tool, arguments, kwargs = modern.resolve_tool_call(call.params, call.caller.owner)
+    authorization.require_tool(call.caller, tool)
     name = tool.name
     # Sessions without tasks ignore params.task, as the spec asks of a
     # receiver that did not declare task support.

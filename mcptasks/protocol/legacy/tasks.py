@@ -16,7 +16,7 @@ from ...errors import (
 )
 from ...models import Task, TaskStatus
 from ...tasks import lifecycle
-from .. import jsonrpc, limits
+from .. import authorization, jsonrpc, limits
 from ..streaming import Stream
 from . import sessions as legacy_sessions
 from . import streams as legacy_streams
@@ -35,6 +35,7 @@ def _task_for(call: Call) -> Task:
     task = legacy_sessions.visible_tasks(call.caller, call.session).filter(pk=task_id).first()
     if task is None:
         raise TaskNotFound()
+    authorization.require_task(call.caller, task)
     return task
 
 
@@ -106,6 +107,7 @@ def _decode_cursor(cursor: Any) -> tuple[datetime, str]:
 
 def list_tasks(call: Call) -> Reply:
     tasks = legacy_sessions.visible_tasks(call.caller, call.session).order_by("-created_at", "id")
+    tasks = tasks.exclude(tool_name__in=authorization.denied_tools(call.caller))  # tasks of tools out of scope
     cursor = call.params.get("cursor")
     if cursor is not None:
         if not isinstance(cursor, str):

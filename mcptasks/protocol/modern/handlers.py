@@ -35,7 +35,7 @@ from ...tasks.waiting import wait_for_terminal
 from ...tools.context import ToolContext
 from ...tools.invoke import invoke
 from ...tools.registry import Tool, registry
-from .. import limits
+from .. import authorization, limits
 from ..caller import Caller
 from ..jsonrpc import Message
 from ..shapes import detailed_task, task_fields
@@ -210,6 +210,7 @@ def _inline(
 
 def call_tool(req: Request) -> Reply:
     tool, arguments, kwargs = resolve_tool_call(req.params, req.caller.owner)
+    authorization.require_tool(req.caller, tool)
     check_param_headers(tool, arguments, req.headers)
     if tool.task == "required" and not req.tasks_enabled:
         raise missing_tasks_extension()
@@ -395,7 +396,10 @@ def listen(req: Request) -> Reply:
         if len(requested) > settings.MAX_LISTEN_TASKS:
             raise InvalidParams(f"At most {settings.MAX_LISTEN_TASKS} task ids per subscription")
         requested = list(dict.fromkeys(requested))
-        owned = set(Task.objects.filter(pk__in=requested, owner=req.caller.owner).values_list("id", flat=True))
+        owned_tasks = list(Task.objects.filter(pk__in=requested, owner=req.caller.owner).only("id", "tool_name"))
+        for task in owned_tasks:
+            authorization.require_task(req.caller, task)
+        owned = {task.id for task in owned_tasks}
         task_ids = [tid for tid in requested if tid in owned]
         acknowledged["taskIds"] = task_ids
     for flag in ("toolsListChanged", "promptsListChanged"):
@@ -419,6 +423,7 @@ def _task_for(req: Request) -> Task:
     task = Task.objects.lookup(task_id, req.caller.owner)
     if task is None:
         raise TaskNotFound()
+    authorization.require_task(req.caller, task)
     return task
 
 
