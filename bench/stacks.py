@@ -159,6 +159,27 @@ RUN_LABEL = "mcptasks · `mcptasks run` defaults"
 PEER_SINGLE_LABEL = "fastmcp-tasks · 1 process"
 
 
+def peer_uvicorn_argv(port: int) -> list[str]:
+    """The peer's web process: uvicorn with uvloop and httptools, as mcptasks gets."""
+    return [
+        str(envs.PEER_PY),
+        "-m",
+        "uvicorn",
+        "bench.peer_server:app",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--loop",
+        "uvloop",
+        "--http",
+        "httptools",
+        "--log-level",
+        "warning",
+        "--no-access-log",
+    ]
+
+
 @dataclass
 class Web:
     key: str
@@ -305,23 +326,7 @@ class Bench:
         inside, on a Docket of its own (no worker_cli process takes its tasks)."""
         port = free_port()
         log = self.logs / "peer-single.log"
-        argv = [
-            str(envs.PEER_PY),
-            "-m",
-            "uvicorn",
-            "bench.peer_server:app",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--loop",
-            "uvloop",
-            "--http",
-            "httptools",
-            "--log-level",
-            "warning",
-            "--no-access-log",
-        ]
+        argv = peer_uvicorn_argv(port)
         proc = procs.start(argv, env=self.peer_env(docket=f"{self.docket}-single"), log=log, cwd=REPO)
         base = f"http://127.0.0.1:{port}"
         web = Web("peer1", PEER_SINGLE_LABEL, f"{base}/mcp", base, proc, log, "peer", executing_processes=1)
@@ -395,23 +400,7 @@ class Bench:
     def start_peer_web(self, workers: int = 1) -> Web:
         port = free_port()
         log = self.logs / "peer-web.log"
-        argv = [
-            str(envs.PEER_PY),
-            "-m",
-            "uvicorn",
-            "bench.peer_server:app",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--loop",
-            "uvloop",
-            "--http",
-            "httptools",
-            "--log-level",
-            "warning",
-            "--no-access-log",
-        ]
+        argv = peer_uvicorn_argv(port)
         if workers > 1:
             argv += ["--workers", str(workers)]
         proc = procs.start(argv, env=self.peer_env(), log=log, cwd=REPO)
