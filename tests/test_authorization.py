@@ -9,7 +9,6 @@ The full sign-in with the SDK's OAuth client is tests/test_live_oauth.py.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import re
@@ -19,17 +18,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.core.asgi import get_asgi_application
 from django.core.checks import run_checks
 from django.utils import timezone
 from oauth2_provider.models import get_access_token_model, get_application_model, set_token_value
 
-from mcptasks.asgi import mcp_router
 from mcptasks.protocol import authorization as scope_rules
 from mcptasks.tools.registry import Registry, tool
 from mcptasks.web import authorization
+from tests.support.asgi import serve_asgi
 from tests.support.legacy import DjangoLegacy
-from tests.support.rpc import TASKS_CAPS, DjangoRpc, build_headers, build_meta
+from tests.support.rpc import TASKS_CAPS, DjangoRpc
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -313,45 +311,7 @@ def test_static_tokens_keep_working_without_scopes(client, django_user_model, si
 
 
 def asgi_request(method: str, params: dict[str, Any], headers: dict[str, str]) -> tuple[int, dict[str, str], Any]:
-    params = {**params, "_meta": build_meta()}
-    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).encode()
-    all_headers = {**build_headers(method, params), **headers, "host": "testserver", "content-type": "application/json"}
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": "/mcp",
-        "raw_path": b"/mcp",
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(k.lower().encode(), v.encode()) for k, v in all_headers.items()]
-        + [(b"content-length", str(len(body)).encode())],
-        "client": ("127.0.0.1", 50000),
-        "server": ("testserver", 80),
-    }
-    sent: list[dict[str, Any]] = []
-
-    async def run() -> None:
-        delivered = False
-
-        async def receive() -> dict[str, Any]:
-            nonlocal delivered
-            if not delivered:
-                delivered = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            await asyncio.sleep(3600)
-            return {"type": "http.disconnect"}
-
-        async def send(message: dict[str, Any]) -> None:
-            sent.append(message)
-
-        await mcp_router(get_asgi_application(), path="/mcp")(scope, receive, send)
-
-    asyncio.run(run())
-    response_headers = {k.decode().lower(): v.decode() for k, v in sent[0].get("headers", [])}
-    return sent[0]["status"], response_headers, json.loads(b"".join(m.get("body", b"") for m in sent[1:]))
+    return serve_asgi(method, params, headers)
 
 
 def test_fast_path_challenges_and_checks_scopes(issue, signed_in_only):
