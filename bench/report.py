@@ -215,7 +215,40 @@ def summarize(results: dict[str, Any], names: list[str] | None = None, peer: str
         e["floor"] += "; tasks per second of CPU, whole stack: " + ", ".join(
             f"{label(n)} {fmt(v)}" for n, v in cpu_rows.items() if not math.isnan(v)
         )
+        e["floor"] += "; CPU per task, ms: " + "; ".join(
+            f"{label(n)} {text}" for n in names if (text := _cpu_per_task(p3.get(n, [])))
+        )
+        s["p3_cpu_per_task"] = {n: _cpu_per_task_ms(p3.get(n, [])) for n in names}
     return s
+
+
+#: The process groups of a run's CPU record, in the order the report gives them.
+_CPU_GROUPS = ("web", "workers", "postgres", "redis")
+
+
+def _cpu_per_task_ms(runs: list[dict]) -> dict[str, float]:
+    """Median CPU milliseconds each process group spent per completed task
+    (P3): where a task's cost goes, and so where the floor of a design is."""
+    out: dict[str, float] = {}
+    for group in (*_CPU_GROUPS, "stack"):
+        values = []
+        for r in runs:
+            cpu = r.get("cpu") or {}
+            cores = _stack_cores(r) if group == "stack" else cpu.get(group)
+            if cores is not None and r.get("value"):
+                values.append(1000 * cores / r["value"])
+        if values:
+            out[group] = med(values)
+    return out
+
+
+def _cpu_per_task(runs: list[dict]) -> str:
+    ms = _cpu_per_task_ms(runs)
+    if "stack" not in ms:
+        return ""
+    parts = ", ".join(f"{g} {ms[g]:.1f}" for g in _CPU_GROUPS if ms.get(g))
+    polls = med([r["polls_per_task"] for r in runs if "polls_per_task" in r])
+    return f"{ms['stack']:.1f} ({parts}; {polls:.1f} polls a task)"
 
 
 def _paired(mine: list[dict], other: list[dict]) -> list[tuple[float, float]]:
