@@ -22,7 +22,7 @@ from . import jsonrpc
 from .limits import RateLimited
 from .streaming import Stream
 
-logger = logging.getLogger("mcptasks.views")
+logger = logging.getLogger("mcptasks.views")  # the endpoint's logger, as operators configure it
 
 T = TypeVar("T")
 
