@@ -70,19 +70,29 @@ def test_no_import_cycle_between_modules():
     assert _cycles(edges) == []
 
 
+def _imported_names(path: Path) -> list[str]:
+    names: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            names.append(node.module or "")
+        elif isinstance(node, ast.Import):
+            names.extend(a.name for a in node.names)
+    return names
+
+
 @pytest.mark.parametrize("layer", ["tasks", "tools"])
 def test_the_domain_imports_no_http(layer):
     for path in (PACKAGE / layer).rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            names = (
-                [node.module or ""]
-                if isinstance(node, ast.ImportFrom)
-                else [a.name for a in node.names]
-                if isinstance(node, ast.Import)
-                else []
-            )
-            for name in names:
-                assert not name.startswith(("django.http", "django.views", "django.urls")), f"{path.name}: {name}"
+        for name in _imported_names(path):
+            assert not name.startswith(("django.http", "django.views", "django.urls")), f"{path.name}: {name}"
+
+
+def test_the_protocol_layer_builds_no_http_response():
+    """Handlers of both eras describe their answer (``protocol.replies``); the
+    web layer alone renders it as HTTP."""
+    for path in (PACKAGE / "protocol").rglob("*.py"):
+        for name in _imported_names(path):
+            assert not name.startswith("django.http"), f"{path.name}: {name}"
 
 
 def test_modules_stay_readable():

@@ -6,8 +6,6 @@ identifies the caller and hands the message to the wire adapter for its era.
 
 from __future__ import annotations
 
-import logging
-import math
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
@@ -15,34 +13,29 @@ from urllib.parse import urlsplit
 from asgiref.sync import sync_to_async
 from django.conf import settings as django_settings
 from django.core.exceptions import DisallowedHost, RequestDataTooBig
-from django.db import DatabaseError, close_old_connections
-from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.db import close_old_connections
+from django.http import HttpRequest, HttpResponse
 from django.http.request import validate_host
 from django.views.decorators.csrf import csrf_exempt
 
 from ..conf import settings
-from ..errors import INTERNAL_ERROR, INVALID_REQUEST, ProtocolError
+from ..errors import INVALID_REQUEST, ProtocolError
 from ..protocol import jsonrpc, limits
 from ..protocol.legacy import handlers as legacy
-from ..protocol.limits import RateLimited
 from ..protocol.modern import handlers as modern
 from ..protocol.modern.headers import META_VERSION
-from ..protocol.responses import json_response
-from ..protocol.streaming import SSE_HEADERS, Deferred, Stream
+from ..protocol.replies import WireReply, empty_reply, error_reply, failsafe, message_reply, result_reply
+from ..protocol.streaming import Deferred
 from ..protocol.threads import tool_threads, worker_threads
 from .authorization import authenticate
 from .identity import Caller, NotAuthenticated
-
-logger = logging.getLogger("mcptasks.views")
+from .rendering import render
 
 _LOOPBACK = {"localhost", "127.0.0.1", "[::1]", "::1"}
 
 
 def error_response(exc: ProtocolError, request_id: Any = None, status: int = 400) -> HttpResponse:
-    headers = dict(getattr(exc, "headers", None) or {})  # a 403 insufficient_scope carries its challenge
-    if isinstance(exc, RateLimited):
-        headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after)))
-    return json_response(jsonrpc.error(request_id, exc), status=status, headers=headers)
+    return render(error_reply(exc, request_id, status))
 
 
 def origin_allowed(origin: str) -> bool:
@@ -80,12 +73,12 @@ def is_legacy(request: HttpRequest, data: Any) -> bool:
     return not (isinstance(meta, dict) and META_VERSION in meta)
 
 
-def _authenticated(request: HttpRequest, request_id: Any = None) -> Caller | HttpResponse:
+def _authenticated(request: HttpRequest, request_id: Any = None) -> Caller | WireReply:
     try:
         return authenticate(request)  # identify, then the OAuth resource-server checks
     except NotAuthenticated as exc:
         headers = {"WWW-Authenticate": exc.www_authenticate} if exc.www_authenticate else {}
-        return json_response(
+        return message_reply(
             jsonrpc.error(request_id, ProtocolError(INVALID_REQUEST, exc.message)), status=exc.status, headers=headers
         )
 
@@ -121,13 +114,15 @@ async def mcp_endpoint(request: HttpRequest) -> HttpResponse:
     origin = request.headers.get("Origin")
     if origin is not None and not origin_allowed(origin):
         return error_response(ProtocolError(INVALID_REQUEST, "Forbidden: invalid Origin header"), status=403)
-    if request.method in ("GET", "DELETE") and request.headers.get("Mcp-Session-Id"):
+    if request.method in ("GET", "DELETE") and request.headers.get(legacy.SESSION_HEADER):
         return await sync_to_async(_serve_session_request, thread_sensitive=False, executor=worker_threads())(request)
     if request.method != "POST":
-        return json_response(
-            jsonrpc.error(None, ProtocolError(INVALID_REQUEST, f"Method {request.method} not allowed")),
-            status=405,
-            headers={"Allow": "POST"},
+        return render(
+            message_reply(
+                jsonrpc.error(None, ProtocolError(INVALID_REQUEST, f"Method {request.method} not allowed")),
+                status=405,
+                headers={"Allow": "POST"},
+            )
         )
     try:
         data = jsonrpc.decode(read_body(request))
@@ -160,84 +155,64 @@ def _request_id(args: tuple[Any, ...]) -> Any:
     return None
 
 
-def _with_connections(serve: Any) -> Any:
-    """Django's per-request connection upkeep, for work on our own threads."""
+def _on_our_threads(serve: Callable[..., WireReply | PendingReply]) -> Callable[..., HttpResponse | PendingReply]:
+    """Work on our own threads: Django's per-request connection upkeep, the
+    one error path of both eras (``failsafe``), and the reply rendered as HTTP
+    there rather than on the event loop."""
 
-    def wrapper(*args: Any) -> HttpResponse:
-        try:
+    def wrapper(*args: Any) -> HttpResponse | PendingReply:
+        def served() -> WireReply | PendingReply:
             close_old_connections()
             try:
                 return serve(*args)
             finally:
                 close_old_connections()
-        except DatabaseError:
-            # The database went away around the request (a restart): a clean
-            # JSON-RPC error; the next request reconnects.
-            logger.warning("database unavailable", exc_info=True)
-            exc = ProtocolError(INTERNAL_ERROR, "Internal error: the task store is unavailable; retry later")
-            return error_response(exc, _request_id(args), status=503)
-        except Exception:
-            logger.exception("unexpected error serving /mcp")
-            return error_response(ProtocolError(INTERNAL_ERROR, "Internal error"), _request_id(args), status=500)
+
+        reply = failsafe(served, _request_id(args))
+        return reply if isinstance(reply, PendingReply) else render(reply)
 
     return wrapper
 
 
-@_with_connections
-def _serve_session_request(request: HttpRequest) -> HttpResponse:
+@_on_our_threads
+def _serve_session_request(request: HttpRequest) -> WireReply:
     caller = _authenticated(request)
-    if isinstance(caller, HttpResponse):
+    if isinstance(caller, WireReply):
         return caller
-    return legacy.handle_session_request(request, caller)
+    return legacy.handle_session_request(request.method or "GET", request.headers.get(legacy.SESSION_HEADER), caller)
 
 
-@_with_connections
-def _serve_post(request: HttpRequest, data: Any) -> HttpResponse | PendingReply:
+@_on_our_threads
+def _serve_post(request: HttpRequest, data: Any) -> WireReply | PendingReply:
     if is_legacy(request, data):
         caller = _authenticated(request, data.get("id") if isinstance(data, dict) else None)
-        if isinstance(caller, HttpResponse):
+        if isinstance(caller, WireReply):
             return caller
-        return legacy.handle_post(request, data, caller)
+        return legacy.handle_post(request.headers.get(legacy.SESSION_HEADER), data, caller)
     try:
         message = jsonrpc.parse_message(data)
     except ProtocolError as exc:
-        return error_response(exc)
+        return error_reply(exc)
     caller = _authenticated(request, message.id)
-    if isinstance(caller, HttpResponse):
+    if isinstance(caller, WireReply):
         return caller
     if message.is_notification:
-        return HttpResponse(status=202)
+        return empty_reply(202)
     return _answer(message, lambda: modern.handle(message, caller, lowercase_headers(request)))
 
 
-@_with_connections
-def _finish(pending: PendingReply) -> HttpResponse:
+@_on_our_threads
+def _finish(pending: PendingReply) -> WireReply | PendingReply:
     return _answer(pending.message, pending.deferred.compute)
 
 
-def _answer(message: jsonrpc.Message, compute: Callable[[], Any]) -> HttpResponse | PendingReply:
-    """Run a handler and turn what it gives (or raises) into a response."""
+def _answer(message: jsonrpc.Message, compute: Callable[[], Any]) -> WireReply | PendingReply:
+    """Run a 2026-07-28 handler: its reply, or its protocol error with the
+    HTTP status that era gives it (outages and bugs: ``failsafe``)."""
     try:
         reply = compute()
     except ProtocolError as exc:
-        return error_response(exc, message.id, status=modern.http_status(exc))
-    except DatabaseError:
-        logger.exception("database error serving %s", message.method)
-        exc = ProtocolError(INTERNAL_ERROR, "Internal error: the task store is unavailable; retry later")
-        return error_response(exc, message.id, status=503)
-    except Exception:
-        logger.exception("unexpected error serving %s", message.method)
-        return error_response(ProtocolError(INTERNAL_ERROR, "Internal error"), message.id, status=500)
+        return error_reply(exc, message.id, status=modern.http_status(exc))
     if isinstance(reply, Deferred):
         return PendingReply(reply, message)
-    return reply_response(reply, message.id)
-
-
-def reply_response(reply: Any, request_id: Any) -> HttpResponse:
-    """A handler's reply as HTTP: an SSE stream or one JSON response."""
-    if isinstance(reply, Stream):
-        response = StreamingHttpResponse(reply.encoded(), content_type="text/event-stream")
-        for name, value in SSE_HEADERS.items():
-            response[name] = value
-        return response
-    return json_response(jsonrpc.result(request_id, reply))
+    return result_reply(message.id, reply)

@@ -16,14 +16,12 @@ no tool that can only run as a task.
 
 from __future__ import annotations
 
-import logging
 import re
 from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings as django_settings
-from django.db import DatabaseError, transaction
-from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.db import transaction
 
 from ...conf import settings
 from ...errors import (
@@ -44,15 +42,13 @@ from .. import authorization, jsonrpc, limits
 from ..caller import Caller
 from ..modern import handlers as modern
 from ..modern.headers import server_info
-from ..responses import json_response
-from ..streaming import SSE_HEADERS, Stream
+from ..replies import WireReply, empty_reply, error_reply, message_reply, result_reply, stream_reply
+from ..streaming import Stream
 from . import sessions as legacy_sessions
 from . import streams as legacy_streams
 from .calls import TASKS_VERSION, Call, Reply, legacy_result
 from .sessions import related, task_object
 from .tasks import cancel_task, get_task, list_tasks, task_result
-
-logger = logging.getLogger("mcptasks.legacy")
 
 #: Newest first: what ``initialize`` negotiates.
 LEGACY_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26")
@@ -65,69 +61,40 @@ _TASK_SUPPORT = {"never": "forbidden", "optional": "optional", "auto": "optional
 _TOKEN = re.compile(r"[0-9a-f]{32}")
 
 
-# HTTP ---------------------------------------------------------------------------------------------
+# Replies ------------------------------------------------------------------------------------------
 
 
-def _json(body: dict[str, Any] | None, status: int = 200, headers: dict[str, str] | None = None) -> HttpResponse:
-    return json_response(body, status=status, headers=headers)
+def _http_error(status: int, message: str, code: int = INVALID_REQUEST, request_id: Any = None) -> WireReply:
+    return message_reply(jsonrpc.error(request_id, ProtocolError(code, message)), status=status)
 
 
-def _http_error(status: int, message: str, code: int = INVALID_REQUEST, request_id: Any = None) -> HttpResponse:
-    return _json(jsonrpc.error(request_id, ProtocolError(code, message)), status=status)
-
-
-def _stream_response(stream: Stream) -> HttpResponse:
-    response = StreamingHttpResponse(stream.encoded(), content_type="text/event-stream")
-    for name, value in SSE_HEADERS.items():
-        response[name] = value
-    return response
-
-
-def _no_session(request_id: Any = None) -> HttpResponse:
+def _no_session(request_id: Any = None) -> WireReply:
     return _http_error(
         404, "Session not found: it ended, expired or never existed; initialize a new one", request_id=request_id
     )
 
 
-def _failsafe(serve: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    """An outage or a bug still gets a JSON-RPC error, not an HTML page."""
-
-    def guarded(*args: Any) -> HttpResponse:
-        try:
-            return serve(*args)
-        except DatabaseError:
-            logger.exception("database error on the legacy wire")
-            return _http_error(503, "Internal error: the task store is unavailable; retry later", INTERNAL_ERROR)
-        except Exception:
-            logger.exception("unexpected error on the legacy wire")
-            return _http_error(500, "Internal error", INTERNAL_ERROR)
-
-    guarded.__doc__ = serve.__doc__
-    return guarded
-
-
-@_failsafe
-def handle_post(request: HttpRequest, data: Any, caller: Caller) -> HttpResponse:
+def handle_post(session_id: str | None, data: Any, caller: Caller) -> WireReply:
     """One POSTed message of the 2025-era wire: a request, a notification, or
-    the client's response to a request of ours."""
+    the client's response to a request of ours. ``session_id``: the request's
+    ``Mcp-Session-Id`` header."""
     if isinstance(data, list):
         return _http_error(400, "Invalid Request: batches are not supported")
     if not isinstance(data, dict):
         return _http_error(400, "Invalid Request: expected a JSON object")
     if "method" not in data and ("result" in data or "error" in data):
-        return _post_response(request, data, caller)
+        return _post_response(session_id, data, caller)
     try:
         message = jsonrpc.parse_message(data)
     except ProtocolError as exc:
         raw_id = data.get("id")
         request_id = raw_id if isinstance(raw_id, (str, int)) and not isinstance(raw_id, bool) else None
-        return _json(jsonrpc.error(request_id, exc), status=400)
+        return message_reply(jsonrpc.error(request_id, exc), status=400)
     if message.method == "initialize" and not message.is_notification:
-        return _guarded(message.id, lambda: _initialize(message, caller))
-    session_id = request.headers.get(SESSION_HEADER)
+        return _answered(message.id, lambda: _initialize(message, caller))
     if not session_id:
         if message.method == "ping" and not message.is_notification:
-            return _json(jsonrpc.result(message.id, {}))  # ping is fine at any time
+            return result_reply(message.id, {})  # ping is fine at any time
         return _http_error(
             400, f"Bad Request: the {SESSION_HEADER} header is required (send initialize first)", request_id=message.id
         )
@@ -137,48 +104,41 @@ def handle_post(request: HttpRequest, data: Any, caller: Caller) -> HttpResponse
     legacy_sessions.touch(session)
     if message.is_notification:
         _notification(message, session)
-        return HttpResponse(status=202)
+        return empty_reply(202)
     call = Call(message=message, caller=caller, session=session)
-    return _guarded(message.id, lambda: _reply(call))
+    return _answered(message.id, lambda: _reply(call))
 
 
-def _post_response(request: HttpRequest, data: dict[str, Any], caller: Caller) -> HttpResponse:
-    session = legacy_sessions.find_session(request.headers.get(SESSION_HEADER, "").strip(), caller)
+def _post_response(session_id: str | None, data: dict[str, Any], caller: Caller) -> WireReply:
+    session = legacy_sessions.find_session((session_id or "").strip(), caller)
     if session is None:
         return _no_session()
     legacy_sessions.touch(session)
     try:
         return _client_response(data, caller, session)
     except ProtocolError as exc:  # the answer cannot be accepted
-        headers = getattr(exc, "headers", None)  # a 403 insufficient_scope carries its challenge
-        return _json(jsonrpc.error(None, exc), status=exc.http_status or 400, headers=headers)
+        return error_reply(exc, status=exc.http_status or 400, retry_after=False)
 
 
-def _guarded(request_id: Any, serve: Callable[[], HttpResponse]) -> HttpResponse:
+def _answered(request_id: Any, serve: Callable[[], WireReply]) -> WireReply:
     """JSON-RPC errors are answered with HTTP 200 (the status of the exchange,
     not of the call), except where a limit names its own status."""
     try:
         return serve()
     except ProtocolError as exc:
-        headers = getattr(exc, "headers", None)  # a 403 insufficient_scope carries its challenge
-        return _json(jsonrpc.error(request_id, exc), status=exc.http_status or 200, headers=headers)
-    except DatabaseError:
-        logger.exception("database error on the legacy wire")
-        error = ProtocolError(INTERNAL_ERROR, "Internal error: the task store is unavailable; retry later")
-        return _json(jsonrpc.error(request_id, error), status=503)
+        return error_reply(exc, request_id, status=exc.http_status or 200, retry_after=False)
 
 
-@_failsafe
-def handle_session_request(request: HttpRequest, caller: Caller) -> HttpResponse:
+def handle_session_request(method: str, session_id: str | None, caller: Caller) -> WireReply:
     """GET (the session's stream) or DELETE (end the session)."""
-    session = legacy_sessions.find_session(request.headers.get(SESSION_HEADER, "").strip(), caller)
+    session = legacy_sessions.find_session((session_id or "").strip(), caller)
     if session is None:
         return _no_session()
-    if request.method == "DELETE":
+    if method == "DELETE":
         legacy_sessions.close_session(session)
-        return HttpResponse(status=200)
+        return empty_reply(200)
     legacy_sessions.touch(session)
-    return _stream_response(Stream(legacy_streams.session_stream(session.pk)))
+    return stream_reply(Stream(legacy_streams.session_stream(session.pk)))
 
 
 # Session lifecycle ----------------------------------------------------------------------------------
@@ -198,7 +158,7 @@ def server_capabilities(version: str) -> dict[str, Any]:
     return capabilities
 
 
-def _initialize(message: jsonrpc.Message, caller: Caller) -> HttpResponse:
+def _initialize(message: jsonrpc.Message, caller: Caller) -> WireReply:
     params = message.params
     requested = params.get("protocolVersion")
     if not isinstance(requested, str):
@@ -217,7 +177,7 @@ def _initialize(message: jsonrpc.Message, caller: Caller) -> HttpResponse:
     }
     if settings.INSTRUCTIONS:
         result["instructions"] = settings.INSTRUCTIONS
-    return _json(jsonrpc.result(message.id, result), headers={SESSION_HEADER: session.pk})
+    return message_reply(jsonrpc.result(message.id, result), headers={SESSION_HEADER: session.pk})
 
 
 def _notification(message: jsonrpc.Message, session: LegacySession) -> None:
@@ -231,11 +191,11 @@ def _notification(message: jsonrpc.Message, session: LegacySession) -> None:
     # Anything else (progress, roots/list_changed, ...) needs nothing from us.
 
 
-def _client_response(data: dict[str, Any], caller: Caller, session: LegacySession) -> HttpResponse:
+def _client_response(data: dict[str, Any], caller: Caller, session: LegacySession) -> WireReply:
     """The client answers one of our requests: route it to what waits for it."""
     parsed = legacy_streams.parse_request_id(data.get("id"))
     if parsed is None:
-        return HttpResponse(status=202)  # not one of ours (or long stale): nothing waits
+        return empty_reply(202)  # not one of ours (or long stale): nothing waits
     kind, ref, key = parsed
     if "error" in data:
         answer: dict[str, Any] = {"error": data["error"] if isinstance(data["error"], dict) else {}}
@@ -244,7 +204,7 @@ def _client_response(data: dict[str, Any], caller: Caller, session: LegacySessio
     if kind == legacy_streams.CALL_PREFIX:
         if _TOKEN.fullmatch(ref):
             legacy_streams.deliver(f"mcptasks.lcall.{ref}", {"session": session.pk, "key": key, **answer})
-        return HttpResponse(status=202)
+        return empty_reply(202)
     task = legacy_sessions.visible_tasks(caller, session).filter(pk=ref).first()
     pending = InputRequest.objects.filter(task_id=ref, key=key).first() if task is not None else None
     if pending is None:
@@ -258,25 +218,22 @@ def _client_response(data: dict[str, Any], caller: Caller, session: LegacySessio
             code = error.get("code") if isinstance(error.get("code"), int) else INTERNAL_ERROR
             message = f"The client could not answer {pending.method}: {error.get('message', 'error')}"
             lifecycle.fail(task.id, {"code": code, "message": message}, actor=actor)
-        return HttpResponse(status=202)
+        return empty_reply(202)
     result = answer["result"]
     limits.check_size(result, settings.MAX_INPUT_RESPONSES_BYTES, "result")
     validate_input_response(pending.method, key, result)
     lifecycle.submit_input(task.id, {key: result}, actor=actor)
-    return HttpResponse(status=202)
+    return empty_reply(202)
 
 
 # Requests -----------------------------------------------------------------------------------------
 
 
-def _reply(call: Call) -> HttpResponse:
+def _reply(call: Call) -> WireReply:
     handler = HANDLERS.get(call.message.method)
     if handler is None or (call.message.method in _TASK_METHODS and not call.tasks_enabled):
         raise ProtocolError(METHOD_NOT_FOUND, f"Method not found: {call.message.method}")
-    reply = handler(call)
-    if isinstance(reply, Stream):
-        return _stream_response(reply)
-    return _json(jsonrpc.result(call.message.id, reply))
+    return result_reply(call.message.id, handler(call))
 
 
 def ping(call: Call) -> Reply:

@@ -1,6 +1,7 @@
 """The SSE streams of the 2025-era wire, and how client answers reach them.
 
-Three streams, all async generators on the server's event loop:
+Three streams, all async generators on the server's event loop; none holds
+a thread while it waits (ORM work goes to the endpoint's pool, ``db``):
 
 * a plain ``tools/call`` (or ``prompts/get``) that needs the client: the tool
   runs in a thread; when it asks a question (``InputNeeded``) the run ends,
@@ -32,7 +33,7 @@ from enum import StrEnum
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.db import close_old_connections, connection, connections
+from django.db import close_old_connections, connection
 
 from ...conf import settings
 from ...errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, InputNeeded, ProtocolError, TaskCancelled
@@ -181,28 +182,6 @@ class Inbox:
             return None
 
 
-def release_request_thread() -> None:
-    """Let go of the thread that ran the (sync) view, for the rest of a long stream.
-
-    Under ASGI, Django runs a sync view in a thread of a per-request executor
-    that lives until the response ends: an open stream would keep one idle
-    thread each. Once the view has returned, nothing else runs there, so the
-    stream closes that thread's database connections and shuts it down now.
-    Should the request need a thread again (``response.close()``), asgiref
-    makes a new one. Best effort: with another server nothing happens.
-    """
-    try:
-        from asgiref.sync import SyncToAsync
-
-        context = SyncToAsync.thread_sensitive_context.get(None)
-        executor = SyncToAsync.context_to_thread_executor.pop(context, None) if context is not None else None
-    except Exception:  # a different asgiref: keep the thread
-        return
-    if executor is not None:
-        executor.submit(connections.close_all)
-        executor.shutdown(wait=False)
-
-
 async def db(fn: Callable[..., Any], *args: Any) -> Any:
     """Run ORM code from a stream: on the endpoint's fixed pool of threads
     (none of its own per stream), on a connection checked before and after use."""
@@ -238,7 +217,6 @@ async def call_stream(
     the stream starts by sending them. ``may_ask``: whether the session may
     receive requests yet (after ``notifications/initialized``).
     """
-    release_request_thread()
     group = call_group(session_id, request_id)
     answers: dict[str, Any] = {}
     questions = first_questions
@@ -396,7 +374,6 @@ async def task_result_stream(
     """Block (asynchronously) until the task is terminal, sending its input
     requests to the client on the way; then its outcome (``final(task)``:
     a JSON-RPC response for ``request_id``)."""
-    release_request_thread()
     group = call_group(session_id, request_id)
     sent: set[str] = set()
     loop = asyncio.get_running_loop()
@@ -451,7 +428,6 @@ async def session_stream(session_id: str) -> AsyncIterator[dict[str, Any] | None
     """Messages not tied to a request: ``notifications/tasks/status`` of the
     session's tasks, and tools or prompts list changes. Ends with the
     session (told by ``close_session``, or found out while idle)."""
-    release_request_thread()
     order = TaskOrder()
     async with Inbox([session_group(session_id), notify.TOOLS_GROUP, notify.PROMPTS_GROUP]) as inbox:
         while True:
