@@ -456,3 +456,14 @@ def test_status_changes_of_legacy_tasks_are_forwarded_to_their_session(mcp, monk
         if "notification" in payload:
             assert payload["notification"]["method"] == "notifications/tasks/status"
             assert RELATED not in payload["notification"]["params"].get("_meta", {})
+
+
+def test_a_throttled_legacy_request_says_when_to_come_back(mcp, settings):
+    """429 with -31000 and ``Retry-After`` in whole seconds, as in the modern era."""
+    settings.MCPTASKS = {**settings.MCPTASKS, "THROTTLE_RATES": {"call": "1/m"}}
+    assert mcp.call_tool("greet", {"name": "a"}).status == 200
+    refused = mcp.call_tool("greet", {"name": "b"})
+    error = assert_error(refused, -31000, status=429)
+    retry_after = refused.headers.get("Retry-After")
+    assert retry_after is not None and 1 <= int(retry_after) <= 60, refused.headers
+    assert 0 < error["data"]["retryAfterMs"] <= 60_000

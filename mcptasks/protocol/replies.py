@@ -59,14 +59,12 @@ def result_reply(request_id: jsonrpc.RequestId | None, value: dict[str, Any] | S
     return message_reply(jsonrpc.result(request_id, value))
 
 
-def error_reply(
-    exc: ProtocolError, request_id: Any = None, status: int = 400, *, retry_after: bool = True
-) -> WireReply:
+def error_reply(exc: ProtocolError, request_id: Any = None, status: int = 400) -> WireReply:
     """``exc`` as a JSON-RPC error, with the headers it carries (a 403
-    insufficient_scope carries its challenge). ``retry_after``: a rate limit
-    also says when to come back (the 2025-era wire never sent that header)."""
+    insufficient_scope carries its challenge); a rate limit, in either era,
+    also says when to come back (``Retry-After``)."""
     headers = dict(getattr(exc, "headers", None) or {})
-    if retry_after and isinstance(exc, RateLimited):
+    if isinstance(exc, RateLimited):
         headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after)))
     return message_reply(jsonrpc.error(request_id, exc), status=status, headers=headers)
 

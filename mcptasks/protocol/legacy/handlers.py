@@ -117,7 +117,7 @@ def _post_response(session_id: str | None, data: dict[str, Any], caller: Caller)
     try:
         return _client_response(data, caller, session)
     except ProtocolError as exc:  # the answer cannot be accepted
-        return error_reply(exc, status=exc.http_status or 400, retry_after=False)
+        return error_reply(exc, status=exc.http_status or 400)
 
 
 def _answered(request_id: Any, serve: Callable[[], WireReply]) -> WireReply:
@@ -126,7 +126,7 @@ def _answered(request_id: Any, serve: Callable[[], WireReply]) -> WireReply:
     try:
         return serve()
     except ProtocolError as exc:
-        return error_reply(exc, request_id, status=exc.http_status or 200, retry_after=False)
+        return error_reply(exc, request_id, status=exc.http_status or 200)
 
 
 def handle_session_request(method: str, session_id: str | None, caller: Caller) -> WireReply:
