@@ -100,8 +100,13 @@ def run_once(bench: Bench, cfg: Config, r: int, publishers: int = 32) -> dict[st
 
 
 def run(bench: Bench, cfg: Config, r: int, publishers: int = 32) -> list[dict]:
-    """Round ``r``'s run, logged, then the backlog drained like P3's runs."""
-    rec = run_once(bench, cfg, r, publishers)
+    """Round ``r``'s run, logged, then the backlog drained like P3's runs.
+    A failure is logged and leaves the round without a floor: P3 goes on."""
+    try:
+        rec = run_once(bench, cfg, r, publishers)
+    except Exception as exc:
+        log(f"floor3 r{r} failed: {exc!r} (see floor-client.log)")
+        return []
     ms = cpu_ms_per_message(rec)
     log(
         f"floor3 c={publishers:2} r{r} celery    {rec['value']:7.1f} msgs/s  p50 {rec['latency_p50_ms'] or 0:.1f} ms"
