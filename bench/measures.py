@@ -12,6 +12,7 @@ import re
 import statistics
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -439,8 +440,17 @@ def p2(bench: Bench, cfg: Config, contenders: list[str]) -> list[dict]:
 
 
 def p3(
-    bench: Bench, cfg: Config, contenders: list[str], conc: int, rounds: int, variant: str = "", seconds: float = 0.0
+    bench: Bench,
+    cfg: Config,
+    contenders: list[str],
+    conc: int,
+    rounds: int,
+    variant: str = "",
+    seconds: float = 0.0,
+    after_peer: Callable[[int], list[dict]] | None = None,
 ) -> list[dict]:
+    """End to end; ``after_peer(round)`` runs right after the peer's run of
+    each round (the Celery floor, bench/celery_floor.py), so that it sits next to it."""
     recs = []
     seconds = seconds or cfg.p3_seconds
     for r in range(rounds):
@@ -479,6 +489,8 @@ def p3(
                 f"  failed {e.failed} errors {e.errors}  cpu {cpu}"
             )
             bench.wait_quiet(timeout=60)
+            if after_peer is not None and bench.webs[name].kind == "peer":
+                recs += after_peer(r)
     return recs
 
 

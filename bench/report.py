@@ -8,6 +8,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from bench import celery_floor
 from bench.stacks import MCP_WEB, PEER_LABEL, PEER_SINGLE_LABEL, RUN_LABEL
 
 BEGIN = "<!-- bench:results:begin -->"
@@ -196,7 +197,9 @@ def summarize(results: dict[str, Any], names: list[str] | None = None, peer: str
             if conc == 1 and what == "p50" and commit:
                 e["floor"] = commit
     # P3
-    row("P3 no-op tasks/s, create→terminal, 32 clients", "P3", "c32", "/s", goal="≥ 1.5× peer")
+    e = row("P3 no-op tasks/s, create→terminal, 32 clients", "P3", "c32", "/s", goal="≥ 1.5× peer")
+    if peer == "peer":  # the floor runs on the main configuration's workers only
+        e["floor"] = celery_floor.note(recs, peer, mcp)
     p3 = by(recs, "P3", "c32")
     if any("per_process" in r for rr in p3.values() for r in rr):
         counts = {n: med([r.get("executing_processes") for r in p3.get(n, [])]) for n in names}

@@ -20,7 +20,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from bench import envs, measures, procs, profiling, report, scale
+from bench import celery_floor, envs, measures, procs, profiling, report, scale
 from bench.measures import Config, log
 from bench.stacks import Bench, Services
 
@@ -110,7 +110,7 @@ def database_settings(bench: Bench) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(prog="python3 -m bench", description=__doc__)
     ap.add_argument("--quick", action="store_true", help="a short pass (a few minutes)")
-    ap.add_argument("--skip", default="", help="comma list of: P1,P2,P3,P4,sweeps,profile,pgbench")
+    ap.add_argument("--skip", default="", help="comma list of: P1,P2,P3,floor3,P4,sweeps,profile,pgbench")
     ap.add_argument("--mcptasks", default="uvicorn,gunicorn", help="mcptasks web configurations to run")
     ap.add_argument("--peer-web-workers", type=int, default=2)
     ap.add_argument(
@@ -227,8 +227,9 @@ def main() -> None:
             results["records"] += measures.p2(bench, cfg, contenders)
             if pair:
                 results["records"] += measures.p2(bench, cfg, pair)
+        floor = celery_floor.hook(bench, cfg) if celery_floor.MEASURE not in skip else None
         if "p3" not in skip:
-            results["records"] += measures.p3(bench, cfg, contenders, 32, cfg.rounds)
+            results["records"] += measures.p3(bench, cfg, contenders, 32, cfg.rounds, after_peer=floor)
             if pair:
                 results["records"] += measures.p3(bench, cfg, pair, 32, cfg.rounds)
             if "sweeps" not in skip:
@@ -236,6 +237,8 @@ def main() -> None:
                     results["records"] += measures.p3(
                         bench, cfg, contenders, conc, 1, variant="P3-sweep", seconds=cfg.sweep_seconds
                     )
+        elif floor is not None:
+            results["records"] += celery_floor.rounds(bench, cfg)
         if "profile" not in skip and not cfg.quick:
             try:
                 results.setdefault("profile", {}).update(profiling.run(bench, workdir, mcp_names, seeds, "rest"))
