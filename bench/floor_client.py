@@ -51,7 +51,7 @@ def main() -> None:
         try:
             while not stop.is_set():
                 t0 = time.monotonic()
-                floor_noop.apply_async((key,), retry=True, retry_policy=dispatch._RETRY_POLICY, **options)
+                floor_noop.apply_async((key,), retry=True, retry_policy=dispatch.PUBLISH_RETRY_POLICY, **options)
                 published[index] += 1
                 if replies.blpop([key], timeout=5) is None:
                     timeouts[index] += 1

@@ -18,7 +18,7 @@ from .jobs import run_task
 logger = logging.getLogger("mcptasks.runtime")
 
 
-_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
+PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
 
 
 #: Whether this process looked at its broker before its first publish.
@@ -46,7 +46,7 @@ def enqueue_run(task_id: str) -> bool:
     try:
         # A short retry: after a broker restart the pooled connection is dead,
         # and kombu reconnects only when it retries.
-        run_task.apply_async((task_id,), retry=True, retry_policy=_RETRY_POLICY, **options)
+        run_task.apply_async((task_id,), retry=True, retry_policy=PUBLISH_RETRY_POLICY, **options)
     except Exception:
         logger.warning("could not enqueue task %s; the sweeper will retry", task_id, exc_info=True)
         return False
