@@ -30,6 +30,7 @@ from ..protocol.modern.headers import META_VERSION
 from ..protocol.responses import json_response
 from ..protocol.streaming import SSE_HEADERS, Deferred, Stream
 from ..protocol.threads import tool_threads, worker_threads
+from . import identity_cache
 from .authorization import authenticate
 from .identity import Caller, NotAuthenticated
 
@@ -82,12 +83,18 @@ def is_legacy(request: HttpRequest, data: Any) -> bool:
 
 def _authenticated(request: HttpRequest, request_id: Any = None) -> Caller | HttpResponse:
     try:
-        return authenticate(request)  # identify, then the OAuth resource-server checks
+        caller = authenticate(request)  # identify, then the OAuth resource-server checks
     except NotAuthenticated as exc:
         headers = {"WWW-Authenticate": exc.www_authenticate} if exc.www_authenticate else {}
         return json_response(
             jsonrpc.error(request_id, ProtocolError(INVALID_REQUEST, exc.message)), status=exc.status, headers=headers
         )
+    scope = getattr(request, "scope", None)  # served through ASGI: polls on the loop may reuse it
+    if scope is not None:
+        key = identity_cache.request_key(lowercase_headers(request), scope)
+        if key is not None:
+            identity_cache.remember(key, caller)
+    return caller
 
 
 def read_body(request: HttpRequest) -> bytes:
