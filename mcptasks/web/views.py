@@ -73,7 +73,11 @@ def is_legacy(request: HttpRequest, data: Any) -> bool:
     """Era selection. A legacy ``MCP-Protocol-Version`` header, or no header
     and no modern ``_meta`` in the body (an ``initialize``, say), selects the
     2025-era session wire; anything else is served statelessly (2026-07-28)."""
-    header = request.headers.get("MCP-Protocol-Version")
+    return legacy_wire(request.headers.get("MCP-Protocol-Version"), data)
+
+
+def legacy_wire(header: str | None, data: Any) -> bool:
+    """:func:`is_legacy` from the ``MCP-Protocol-Version`` header's value and the body."""
     if header is not None:
         return header.strip() in legacy.LEGACY_VERSIONS
     params = data.get("params") if isinstance(data, dict) else None
