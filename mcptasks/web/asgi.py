@@ -101,7 +101,11 @@ class MCPHandler(ASGIHandler):
             await self.send_response(_too_large_response(), send)
             return
         if scope.get("method") == "POST":
-            polled = await _poll_on_loop(scope, body.read())
+            try:
+                polled = await _poll_on_loop(scope, body.read())
+            except Exception:  # never the loop's to answer: the thread path does, as before
+                logger.debug("poll left to the thread path", exc_info=True)
+                polled = None
             if polled is not None:
                 body.close()
                 await self.send_response(polled, send)
@@ -169,7 +173,7 @@ async def _poll_on_loop(scope: Scope, body: bytes) -> Any:
             return None
         message = jsonrpc.parse_message(data)
     except (ProtocolError, ValueError):
-        return None
+        return None  # the thread path refuses it
     if message.is_notification or message.method != "tasks/get":
         return None
     key = identity_cache.request_key(headers, scope)
@@ -182,9 +186,6 @@ async def _poll_on_loop(scope: Scope, body: bytes) -> Any:
         return None
     except ProtocolError as exc:
         return error_response(exc, message.id, status=modern.http_status(exc))
-    except Exception:
-        logger.debug("tasks/get left to the thread path", exc_info=True)
-        return None  # the thread path answers it (and logs what it must)
     return reply_response(result, message.id)
 
 
