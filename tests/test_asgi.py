@@ -172,3 +172,49 @@ def test_a_revoked_token_is_refused_once_its_cached_identity_expires(settings, l
     refused = asgi_rpc.tasks_get(task.id)
     assert refused.status == 401
     assert loop_served == [200]
+
+
+@postgres_only
+def test_the_loop_reconnects_after_losing_its_connection(loop_served, redis_poll_throttle):
+    """A pooled connection that died (a database restart) costs one poll on a
+    thread, with the same answer; the next poll is on the loop again."""
+    import asyncio
+    import json
+
+    from django.core.asgi import get_asgi_application
+    from django.db import connection
+
+    from mcptasks.web.asgi import mcp_router
+    from tests.support.asgi import apost
+    from tests.support.rpc import build_headers, build_meta
+
+    task = running_task(owner="anonymous")
+    assert AsgiRpc().tasks_get(task.id).ok  # the caller, identified on a thread
+    params = {"taskId": task.id, "_meta": build_meta()}
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": params}).encode()
+    headers = build_headers("tasks/get", params)
+
+    def end_other_sessions() -> None:
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
+        finally:
+            connection.close()
+
+    async def polls() -> list[tuple[int, Any]]:
+        app = mcp_router(get_asgi_application(), path="/mcp")
+        replies = [await apost(app, body, headers)]
+        await asyncio.to_thread(end_other_sessions)
+        replies += [await apost(app, body, headers), await apost(app, body, headers)]
+        return [(status, json.loads(raw)) for status, _, raw in replies]
+
+    try:
+        replies = asyncio.run(polls())
+    finally:
+        connection.close()  # this thread's session was ended too
+    assert [status for status, _ in replies] == [200, 200, 200]
+    assert replies[0][1] == replies[1][1] == replies[2][1]
+    assert loop_served == [200, 200], "the second poll went to a thread, the third reconnected on the loop"

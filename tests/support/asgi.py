@@ -38,37 +38,39 @@ def http_scope(body: bytes, headers: Mapping[str, str]) -> dict[str, Any]:
     }
 
 
+async def apost(
+    app: Any, body: bytes, headers: Mapping[str, str], on_send: Callable[[dict[str, Any]], None] | None = None
+) -> tuple[int, dict[str, str], bytes]:
+    """:func:`post_asgi` on the running event loop, to ``app``."""
+    sent: list[dict[str, Any]] = []
+    finished = asyncio.Event()
+    delivered = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal delivered
+        if not delivered:
+            delivered = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await finished.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+        if on_send is not None:
+            on_send(message)
+
+    await app(http_scope(body, headers), receive, send)
+    finished.set()
+    response_headers = {k.decode().lower(): v.decode() for k, v in sent[0].get("headers", [])}
+    return sent[0]["status"], response_headers, b"".join(m.get("body", b"") for m in sent[1:])
+
+
 def post_asgi(
     body: bytes, headers: Mapping[str, str], on_send: Callable[[dict[str, Any]], None] | None = None
 ) -> tuple[int, dict[str, str], bytes]:
     """Status, response headers (lower-case names) and raw body of one POST
     through ``mcp_router``, on an event loop of its own."""
-    app = mcp_router(get_asgi_application(), path="/mcp")
-    sent: list[dict[str, Any]] = []
-
-    async def run() -> None:
-        finished = asyncio.Event()
-        delivered = False
-
-        async def receive() -> dict[str, Any]:
-            nonlocal delivered
-            if not delivered:
-                delivered = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            await finished.wait()
-            return {"type": "http.disconnect"}
-
-        async def send(message: dict[str, Any]) -> None:
-            sent.append(message)
-            if on_send is not None:
-                on_send(message)
-
-        await app(http_scope(body, headers), receive, send)
-        finished.set()
-
-    asyncio.run(run())
-    response_headers = {k.decode().lower(): v.decode() for k, v in sent[0].get("headers", [])}
-    return sent[0]["status"], response_headers, b"".join(m.get("body", b"") for m in sent[1:])
+    return asyncio.run(apost(mcp_router(get_asgi_application(), path="/mcp"), body, headers, on_send))
 
 
 class AsgiRpc(RpcClient):
