@@ -154,8 +154,8 @@ async def _poll_on_loop(scope: Scope, body: bytes) -> Any:
     from . import identity_cache
     from .views import error_response, legacy_wire, origin_allowed, reply_response
 
-    if not on_loop.available():
-        return None
+    if b"tasks/get" not in body or not on_loop.available():
+        return None  # other requests are parsed once, on the thread path
     headers = _scope_headers(scope)
     if not _host_allowed(headers.get("host")):
         return None
