@@ -38,7 +38,12 @@ def test_a_created_run_is_published_before_the_answer_is_sent(published):
     assert Task.objects.filter(pk=task_id).exists()
 
 
-def test_a_poll_through_the_asgi_route():
+@pytest.mark.parametrize("path", ["thread", "loop"])
+def test_a_poll_through_the_asgi_route(request, path, loop_served):
+    if path == "loop":
+        if not on_postgres():
+            pytest.skip("polls are served on the event loop from Postgres only")
+        request.getfixturevalue("redis_poll_throttle")
     status, created = serve("tools/call", {"name": "slow_compute", "arguments": {"seconds": 1}})
     assert status == 200, created
     task_id = created["result"]["taskId"]
@@ -46,6 +51,7 @@ def test_a_poll_through_the_asgi_route():
     assert status == 200, got
     assert got["result"]["taskId"] == task_id
     assert got["result"]["status"] == "working"
+    assert loop_served == ([200] if path == "loop" else [])
 
 
 # Polls on the event loop -------------------------------------------------------------------
