@@ -39,6 +39,11 @@ class MCPTasksSettings:
     #: Serve unauthenticated callers under one shared identity. Off by default:
     #: a site must choose it explicitly.
     ALLOW_ANONYMOUS: bool = False
+    #: Polls served on the event loop reuse a caller identified (by a thread,
+    #: through the classes above) this many seconds ago with the same
+    #: credentials, never past a token's own expiry: a revoked token is
+    #: refused at most this late. ``0`` or ``None`` turns that off.
+    IDENTITY_CACHE_SECONDS: float | None = 5.0
     ANONYMOUS_OWNER: str = "anonymous"
     #: Where installed apps keep their tools (discovered like ``admin.py``).
     TOOLS_MODULE: str = "mcp_tools"

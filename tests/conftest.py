@@ -166,6 +166,76 @@ def rpc(client: Any) -> DjangoRpc:
     return DjangoRpc(client)
 
 
+@pytest.fixture(autouse=True)
+def _close_loop_connections() -> Iterator[None]:
+    """Polls served on an event loop keep connections per loop; the tests'
+    loops end with each request, so their connections go with each test."""
+    yield
+    from mcptasks.tasks import loop_reads
+
+    loop_reads.close_pools()
+
+
+@pytest.fixture
+def redis_poll_throttle(settings: Any) -> Iterator[str]:
+    """A Redis throttle cache of this test's own (the poll throttle on the
+    event loop needs one); yields its key prefix."""
+    import uuid
+
+    import redis
+
+    url = os.environ.get("MCPTASKS_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+    prefix = f"mcptasks-loop-{uuid.uuid4().hex[:8]}"
+    settings.CACHES = {
+        **settings.CACHES,
+        "loop-throttle": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": url,
+            "KEY_PREFIX": prefix,
+        },
+    }
+    settings.MCPTASKS = {**settings.MCPTASKS, "THROTTLE_CACHE": "loop-throttle"}
+    yield prefix
+    admin = redis.Redis.from_url(url)
+    for key in admin.scan_iter(f"{prefix}:*"):
+        admin.delete(key)
+    admin.close()
+
+
+@pytest.fixture(params=["thread", "loop"])
+def poll_rpc(request: Any, rpc: DjangoRpc, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """A modern-wire client for tests of tasks/get, once per path a poll can
+    take: Django's request on a worker thread (``rpc``), and the ASGI route's
+    event loop, which must then have served the test's polls."""
+    if request.param == "thread":
+        yield rpc
+        return
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("polls are served on the event loop from Postgres only")
+    request.getfixturevalue("redis_poll_throttle")
+    from mcptasks.web import asgi
+    from tests.support.asgi import AsgiRpc
+
+    served: list[int] = []
+    poll_on_loop = asgi._poll_on_loop
+
+    async def counted(scope: Any, body: bytes) -> Any:
+        response = await poll_on_loop(scope, body)
+        if response is not None:
+            served.append(response.status_code)
+        return response
+
+    monkeypatch.setattr(asgi, "_poll_on_loop", counted)
+    client = AsgiRpc()
+    client.request("server/discover")  # identifies the caller once, on a thread
+    polls = client.polls_sent
+    yield client
+    if client.polls_sent > polls:
+        assert served, "no tasks/get was served on the event loop"
+
+
 @pytest.fixture
 def published() -> Iterator[list[dict[str, Any]]]:
     """Every Celery message published while the test runs (name, args, queue),

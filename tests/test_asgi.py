@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
 
 from mcptasks.models import Task
-from tests.support.asgi import serve_asgi
+from tests.support.asgi import AsgiRpc, serve_asgi
+from tests.support.factories import completed_task, running_task
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -36,7 +38,12 @@ def test_a_created_run_is_published_before_the_answer_is_sent(published):
     assert Task.objects.filter(pk=task_id).exists()
 
 
-def test_a_poll_through_the_asgi_route():
+@pytest.mark.parametrize("path", ["thread", "loop"])
+def test_a_poll_through_the_asgi_route(request, path, loop_served):
+    if path == "loop":
+        if not on_postgres():
+            pytest.skip("polls are served on the event loop from Postgres only")
+        request.getfixturevalue("redis_poll_throttle")
     status, created = serve("tools/call", {"name": "slow_compute", "arguments": {"seconds": 1}})
     assert status == 200, created
     task_id = created["result"]["taskId"]
@@ -44,3 +51,176 @@ def test_a_poll_through_the_asgi_route():
     assert status == 200, got
     assert got["result"]["taskId"] == task_id
     assert got["result"]["status"] == "working"
+    assert loop_served == ([200] if path == "loop" else [])
+
+
+# Polls on the event loop -------------------------------------------------------------------
+
+
+@pytest.fixture
+def loop_served(monkeypatch) -> list[int]:
+    """The statuses of the responses the event loop served (the rest went to a thread)."""
+    from mcptasks.web import asgi
+
+    served: list[int] = []
+    poll_on_loop = asgi._poll_on_loop
+
+    async def counted(scope: Any, body: bytes) -> Any:
+        response = await poll_on_loop(scope, body)
+        if response is not None:
+            served.append(response.status_code)
+        return response
+
+    monkeypatch.setattr(asgi, "_poll_on_loop", counted)
+    return served
+
+
+def on_postgres() -> bool:
+    from django.db import connection
+
+    return connection.vendor == "postgresql"
+
+
+postgres_only = pytest.mark.skipif("not __import__('tests.test_asgi').test_asgi.on_postgres()")
+
+
+def test_polls_fall_back_to_the_thread_path_off_postgres(loop_served, redis_poll_throttle):
+    """SQLite (and any other backend) polls on a thread, with the same answer."""
+    if on_postgres():
+        pytest.skip("the fallback of other backends")
+    task = running_task(owner="anonymous")
+    for _ in range(3):
+        status, got = serve("tasks/get", {"taskId": task.id})
+        assert status == 200, got
+        assert got["result"]["status"] == "working"
+    assert loop_served == []
+
+
+@postgres_only
+def test_a_finished_task_is_read_on_the_loop_after_its_audited_first_read(rpc, loop_served, redis_poll_throttle):
+    """The first read of an outcome writes its audit event (on a thread, as
+    before); later reads are served on the loop and say the same."""
+    from mcptasks.models import TaskEvent
+
+    done = completed_task(owner="anonymous")
+    asgi_rpc = AsgiRpc()
+    first = asgi_rpc.tasks_get(done.id)
+    assert loop_served == []
+    assert TaskEvent.objects.filter(task_id=done.id, kind="result_retrieved").count() == 1
+    again = asgi_rpc.tasks_get(done.id)
+    assert loop_served == [200]
+    on_thread = rpc.tasks_get(done.id)
+    assert TaskEvent.objects.filter(task_id=done.id, kind="result_retrieved").count() == 1
+    drop_id = lambda reply: {k: v for k, v in reply.body.items() if k != "id"}  # noqa: E731
+    assert drop_id(first) == drop_id(again) == drop_id(on_thread)
+    assert (again.status, again.headers["content-type"]) == (on_thread.status, on_thread.headers["Content-Type"])
+
+
+@postgres_only
+def test_the_poll_throttle_answers_429_on_the_loop(rpc, settings, loop_served, redis_poll_throttle):
+    """The loop counts polls in the same Redis counter as the thread path."""
+    settings.MCPTASKS = {**settings.MCPTASKS, "POLL_BURST": 2}
+    task = running_task(owner="anonymous", poll_interval_ms=60_000)
+    asgi_rpc = AsgiRpc()
+    asgi_rpc.request("server/discover")  # the caller, identified on a thread
+    assert asgi_rpc.tasks_get(task.id).ok
+    assert asgi_rpc.tasks_get(task.id).ok
+    limited = asgi_rpc.tasks_get(task.id)
+    assert loop_served == [200, 200, 429]
+    assert limited.error["code"] == -31000
+    assert 1 <= int(limited.headers["retry-after"]) <= 60
+    assert 0 < limited.error["data"]["retryAfterMs"] <= 60_000
+    on_thread = rpc.tasks_get(task.id)  # the fourth poll in the shared window
+    assert (on_thread.status, on_thread.error["code"]) == (429, -31000)
+
+
+@postgres_only
+def test_database_down_is_the_same_503_on_both_paths(rpc, settings, monkeypatch, loop_served, redis_poll_throttle):
+    from django.db import connection
+
+    from mcptasks.tasks import loop_reads
+
+    task = running_task(owner="anonymous")
+    asgi_rpc = AsgiRpc()
+    assert asgi_rpc.tasks_get(task.id).ok
+    assert asgi_rpc.tasks_get(task.id).ok and loop_served == [200]
+    # Nothing listens on port 1: every new connection, on the loop or a thread, fails.
+    loop_reads.close_pools()
+    connection.close()
+    with monkeypatch.context() as patched:
+        patched.setitem(connection.settings_dict, "PORT", "1")
+        down_on_loop = asgi_rpc.request("tasks/get", {"taskId": task.id}, request_id=41)
+        down_on_thread = rpc.request("tasks/get", {"taskId": task.id}, request_id=41)
+        assert loop_served == [200]
+        assert down_on_loop.status == down_on_thread.status == 503
+        assert down_on_loop.body == down_on_thread.body
+        assert down_on_loop.body["error"]["message"] == "Internal error: the task store is unavailable; retry later"
+    connection.close()
+    assert asgi_rpc.tasks_get(task.id).ok, "the loop reconnects"
+    assert loop_served == [200, 200]
+
+
+@postgres_only
+def test_a_revoked_token_is_refused_once_its_cached_identity_expires(settings, loop_served, redis_poll_throttle):
+    from django.contrib.auth import get_user_model
+    from rest_framework.authtoken.models import Token
+
+    settings.MCPTASKS = {**settings.MCPTASKS, "IDENTITY_CACHE_SECONDS": 0.5}
+    user = get_user_model().objects.create(username="carol")
+    token = Token.objects.create(user=user)
+    asgi_rpc = AsgiRpc(token=token.key)
+    task = running_task(owner=f"user:{user.pk}")
+    assert asgi_rpc.tasks_get(task.id).ok  # identified on a thread
+    token.delete()
+    assert asgi_rpc.tasks_get(task.id).ok, "within IDENTITY_CACHE_SECONDS, from the cache"
+    assert loop_served == [200]
+    time.sleep(0.6)
+    refused = asgi_rpc.tasks_get(task.id)
+    assert refused.status == 401
+    assert loop_served == [200]
+
+
+@postgres_only
+def test_the_loop_reconnects_after_losing_its_connection(loop_served, redis_poll_throttle):
+    """A pooled connection that died (a database restart) costs one poll on a
+    thread, with the same answer; the next poll is on the loop again."""
+    import asyncio
+    import json
+
+    from django.core.asgi import get_asgi_application
+    from django.db import connection
+
+    from mcptasks.web.asgi import mcp_router
+    from tests.support.asgi import apost
+    from tests.support.rpc import build_headers, build_meta
+
+    task = running_task(owner="anonymous")
+    assert AsgiRpc().tasks_get(task.id).ok  # the caller, identified on a thread
+    params = {"taskId": task.id, "_meta": build_meta()}
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": params}).encode()
+    headers = build_headers("tasks/get", params)
+
+    def end_other_sessions() -> None:
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
+        finally:
+            connection.close()
+
+    async def polls() -> list[tuple[int, Any]]:
+        app = mcp_router(get_asgi_application(), path="/mcp")
+        replies = [await apost(app, body, headers)]
+        await asyncio.to_thread(end_other_sessions)
+        replies += [await apost(app, body, headers), await apost(app, body, headers)]
+        return [(status, json.loads(raw)) for status, _, raw in replies]
+
+    try:
+        replies = asyncio.run(polls())
+    finally:
+        connection.close()  # this thread's session was ended too
+    assert [status for status, _ in replies] == [200, 200, 200]
+    assert replies[0][1] == replies[1][1] == replies[2][1]
+    assert loop_served == [200, 200], "the second poll went to a thread, the third reconnected on the loop"

@@ -530,3 +530,68 @@ def test_authorization_requests_need_pkce_s256(client, django_user_model, client
     assert b"<code>mcp</code>" in consent.content and b"Desktop assistant" in consent.content
     granted = client.post("/o/authorize/", {**query, "allow": "Authorize"})["Location"]
     assert "code=" in granted and "iss=http%3A%2F%2Ftestserver" in granted, granted
+
+
+# OAuth tokens through the identity cache (polls on the event loop) ------------------------
+
+
+@pytest.fixture
+def loop_polls(settings, monkeypatch, redis_poll_throttle) -> list[int]:
+    """Statuses of the polls the event loop served; skipped off Postgres."""
+    from django.db import connection
+
+    from mcptasks.web import asgi
+
+    if connection.vendor != "postgresql":
+        pytest.skip("polls are served on the event loop from Postgres only")
+    served: list[int] = []
+    poll_on_loop = asgi._poll_on_loop
+
+    async def counted(scope: Any, body: bytes) -> Any:
+        response = await poll_on_loop(scope, body)
+        if response is not None:
+            served.append(response.status_code)
+        return response
+
+    monkeypatch.setattr(asgi, "_poll_on_loop", counted)
+    return served
+
+
+def test_cached_oauth_callers_keep_their_scope_checks(issue, signed_in_only, loop_polls):
+    """What the cache holds is a whole authenticate(): a cached caller's tool
+    scopes are still checked on the loop, and refusals are never cached."""
+    from tests.support.asgi import AsgiRpc
+
+    admin = AsgiRpc(token=issue("alice", scope="mcp:admin"), capabilities=TASKS_CAPS)
+    task_id = admin.call_tool("confirm_delete", {"filename": "f"}).result["taskId"]
+    assert admin.tasks_get(task_id).status == 200
+    assert loop_polls == [200]
+
+    narrow = AsgiRpc(token=issue("alice", scope="mcp"), capabilities=TASKS_CAPS)
+    for _ in range(2):  # on a thread, then from the cache on the loop
+        assert_challenge(narrow.tasks_get(task_id), error="insufficient_scope", status=403, scope="mcp mcp:delete")
+    assert loop_polls == [200, 403]
+
+    for token in (issue("alice", scope="email"), issue("alice", resource=("https://elsewhere.example/mcp",))):
+        refused = AsgiRpc(token=token, capabilities=TASKS_CAPS)
+        for _ in range(2):  # never cached: a thread refuses it each time
+            reply = refused.tasks_get(task_id)
+            assert reply.status in (401, 403) and reply.headers.get("www-authenticate")
+    assert loop_polls == [200, 403]
+
+
+def test_a_cached_oauth_caller_lasts_no_longer_than_its_token(issue, settings, signed_in_only, loop_polls):
+    import time
+
+    from tests.support.asgi import AsgiRpc
+
+    settings.MCPTASKS = {**settings.MCPTASKS, "IDENTITY_CACHE_SECONDS": 60}
+    owner = AsgiRpc(token=issue("alice", scope="mcp"), capabilities=TASKS_CAPS)
+    task_id = owner.create_task("slow_compute", {"seconds": 30})
+    short = AsgiRpc(token=issue("alice", scope="mcp", expires_in=1.0), capabilities=TASKS_CAPS)
+    assert short.tasks_get(task_id).status == 200  # identified on a thread
+    assert short.tasks_get(task_id).status == 200
+    assert loop_polls == [200]
+    time.sleep(1.1)
+    assert_challenge(short.tasks_get(task_id), error="invalid_token")
+    assert loop_polls == [200]

@@ -217,15 +217,15 @@ def test_mcp_name_may_be_base64_encoded(rpc):
     assert reply.result["content"][0]["text"] == "Hello, b64!"
 
 
-def test_mcp_name_on_tasks_methods_may_be_omitted_but_not_wrong(rpc):
+def test_mcp_name_on_tasks_methods_may_be_omitted_but_not_wrong(poll_rpc):
     task = running_task(owner=ANON)
-    omitted = rpc.tasks_get(task.id, headers={"Mcp-Name": None})
+    omitted = poll_rpc.tasks_get(task.id, headers={"Mcp-Name": None})
     assert omitted.status == 200
     assert omitted.result["taskId"] == task.id
     for method in ("tasks/get", "tasks/cancel"):
-        wrong = rpc.request(method, {"taskId": task.id}, headers={"Mcp-Name": "some-other-task"})
+        wrong = poll_rpc.request(method, {"taskId": task.id}, headers={"Mcp-Name": "some-other-task"})
         assert_error(wrong, -32020, 400)
-    wrong = rpc.tasks_update(task.id, {}, headers={"Mcp-Name": "some-other-task"})
+    wrong = poll_rpc.tasks_update(task.id, {}, headers={"Mcp-Name": "some-other-task"})
     assert_error(wrong, -32020, 400)
     assert Task.objects.get(pk=task.id).status == TaskStatus.WORKING, "a rejected cancel must not cancel"
 
@@ -310,12 +310,12 @@ def test_create_task_result_is_flat_and_durable(rpc):
 
 
 @pytest.mark.parametrize("zone", ["UTC", "America/New_York", "Asia/Kolkata"])
-def test_tasks_get_states_the_times_the_task_was_created_with(rpc, settings, zone):
+def test_tasks_get_states_the_times_the_task_was_created_with(poll_rpc, settings, zone):
     """Whatever the site's TIME_ZONE (the process's local time follows it),
     ``tasks/get`` reports the instants the creation reported."""
     settings.TIME_ZONE = zone
-    created = rpc.call_tool("slow_compute", {"seconds": 30, "label": "zone"}, capabilities=TASKS_CAPS).result
-    got = rpc.tasks_get(created["taskId"], capabilities=TASKS_CAPS).result
+    created = poll_rpc.call_tool("slow_compute", {"seconds": 30, "label": "zone"}, capabilities=TASKS_CAPS).result
+    got = poll_rpc.tasks_get(created["taskId"], capabilities=TASKS_CAPS).result
     assert (got["createdAt"], got["lastUpdatedAt"]) == (created["createdAt"], created["lastUpdatedAt"])
 
 
@@ -462,59 +462,59 @@ def test_mrtr_tool_requires_the_extension(rpc):
 
 
 @pytest.mark.parametrize("method", ["tasks/get", "tasks/update", "tasks/cancel"])
-def test_capability_is_checked_before_the_task_id(rpc, method):
+def test_capability_is_checked_before_the_task_id(poll_rpc, method):
     params = {"taskId": "gate-test"}
     if method == "tasks/update":
         params["inputResponses"] = {}
-    error = assert_error(rpc.request(method, params, capabilities=NO_CAPS), -32021, 400)
+    error = assert_error(poll_rpc.request(method, params, capabilities=NO_CAPS), -32021, 400)
     assert error["data"]["requiredCapabilities"]["extensions"][TASKS_EXT] == {}
     real = running_task(owner=ANON)
     params["taskId"] = real.id
-    assert_error(rpc.request(method, params, capabilities=NO_CAPS), -32021, 400)
+    assert_error(poll_rpc.request(method, params, capabilities=NO_CAPS), -32021, 400)
     assert Task.objects.get(pk=real.id).status == TaskStatus.WORKING
 
 
 @pytest.mark.parametrize("method", ["tasks/get", "tasks/update", "tasks/cancel"])
-def test_unknown_task_is_invalid_params(rpc, method):
+def test_unknown_task_is_invalid_params(poll_rpc, method):
     params = {"taskId": "tasks-conformance-nonexistent-12345", "inputResponses": {}}
-    reply = rpc.request(method, params)
+    reply = poll_rpc.request(method, params)
     assert reply.error["code"] == -32602
     assert "not found" in reply.error["message"].lower()
 
 
-def test_tasks_get_needs_a_task_id(rpc):
-    assert rpc.request("tasks/get", {}).error["code"] == -32602
-    assert rpc.request("tasks/get", {"taskId": 12}, headers={"Mcp-Name": None}).error["code"] == -32602
+def test_tasks_get_needs_a_task_id(poll_rpc):
+    assert poll_rpc.request("tasks/get", {}).error["code"] == -32602
+    assert poll_rpc.request("tasks/get", {"taskId": 12}, headers={"Mcp-Name": None}).error["code"] == -32602
 
 
-def test_someone_elses_task_looks_unknown(rpc):
+def test_someone_elses_task_looks_unknown(poll_rpc):
     theirs = running_task(owner="user:999")
-    mine = rpc.tasks_get(theirs.id)
-    unknown = rpc.tasks_get("x" * len(theirs.id))
+    mine = poll_rpc.tasks_get(theirs.id)
+    unknown = poll_rpc.tasks_get("x" * len(theirs.id))
     strip = {k: v for k, v in mine.body.items() if k != "id"}
     assert strip == {k: v for k, v in unknown.body.items() if k != "id"}
     assert mine.status == unknown.status
-    cancel = rpc.tasks_cancel(theirs.id)
+    cancel = poll_rpc.tasks_cancel(theirs.id)
     assert cancel.error["code"] == -32602
     assert Task.objects.get(pk=theirs.id).status == TaskStatus.WORKING
 
 
-def test_a_purged_task_is_not_found(rpc):
+def test_a_purged_task_is_not_found(poll_rpc):
     from datetime import timedelta
 
     from django.utils import timezone
 
     done = completed_task(owner=ANON)
-    assert rpc.tasks_get(done.id).result["status"] == "completed"
+    assert poll_rpc.tasks_get(done.id).result["status"] == "completed"
     Task.objects.filter(pk=done.id).update(expires_at=timezone.now() - timedelta(seconds=1))
     assert lifecycle.purge_expired() == 1
-    gone = rpc.tasks_get(done.id)
-    unknown = rpc.tasks_get("y" * len(done.id))
+    gone = poll_rpc.tasks_get(done.id)
+    unknown = poll_rpc.tasks_get("y" * len(done.id))
     assert gone.error["code"] == -32602
     assert (gone.status, gone.error) == (unknown.status, unknown.error)
 
 
-def test_detailed_task_for_each_status(rpc):
+def test_detailed_task_for_each_status(poll_rpc):
     working = running_task(owner=ANON)
     waiting = waiting_task(owner=ANON, keys=["pick"])
     done = completed_task(owner=ANON)
@@ -523,7 +523,7 @@ def test_detailed_task_for_each_status(rpc):
     lifecycle.cancel(cancelled.id, actor="client:anonymous")
     seen = {}
     for task in (working, waiting, done, failed, cancelled):
-        result = rpc.tasks_get(task.id).result
+        result = poll_rpc.tasks_get(task.id).result
         assert_detailed_task(result)
         assert result["resultType"] == "complete"
         assert result["taskId"] == task.id
@@ -620,15 +620,15 @@ def token_for(django_user_model):
     return make
 
 
-def test_bearer_token_identifies_the_owner(rpc, token_for, django_user_model):
+def test_bearer_token_identifies_the_owner(poll_rpc, token_for, django_user_model):
     token = token_for("alice")
-    task_id = rpc.create_task("slow_compute", {"seconds": 30}, token=token)
+    task_id = poll_rpc.create_task("slow_compute", {"seconds": 30}, token=token)
     user = django_user_model.objects.get(username="alice")
     assert Task.objects.get(pk=task_id).owner == f"user:{user.pk}"
-    assert rpc.tasks_get(task_id, token=token).result["taskId"] == task_id
-    assert rpc.tasks_get(task_id).error["code"] == -32602, "the anonymous caller is someone else"
+    assert poll_rpc.tasks_get(task_id, token=token).result["taskId"] == task_id
+    assert poll_rpc.tasks_get(task_id).error["code"] == -32602, "the anonymous caller is someone else"
     other = token_for("bob")
-    assert rpc.tasks_get(task_id, token=other).error["code"] == -32602
+    assert poll_rpc.tasks_get(task_id, token=other).error["code"] == -32602
 
 
 def test_a_wrong_token_is_refused_even_when_anonymous_is_allowed(rpc):

@@ -7,12 +7,14 @@ a body that is too large, 429 (with ``Retry-After``) for a throttle or quota.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import math
 import re
 import threading
 import time
+import weakref
 from typing import Any
 
 from django.core.cache import BaseCache, caches
@@ -96,12 +98,9 @@ class FixedWindowThrottle:
 
     def check(self, key: str) -> None:
         cache = throttle_cache()
-        now = time.time()
-        window = int(now // self.seconds)
-        cache_key = f"mcptasks:throttle:{self.scope}:{key}:{window}"
-        timeout = math.ceil(self.seconds) + 1
+        now, window, timeout = _window(self.seconds)
         try:
-            count = _count(cache, cache_key, timeout)
+            count = _count(cache, _throttle_key(self.scope, key, window), timeout)
         except Exception as exc:
             # A shared cache (Redis) that is down must not take the endpoint
             # with it: the request is served uncounted.
@@ -110,17 +109,19 @@ class FixedWindowThrottle:
             )
             return
         if count > self.limit:
-            raise RateLimited(
-                f"Too many {self.scope} requests; retry after the interval",
-                (window + 1) * self.seconds - now,
-            )
+            raise _limited(self.scope, window, self.seconds, now)
+
+
+def _window(seconds: float) -> tuple[float, int, int]:
+    """Now, the fixed window it falls in, and the counter's expiry (seconds)."""
+    now = time.time()
+    return now, int(now // seconds), math.ceil(seconds) + 1
 
 
 def _count(cache: BaseCache, key: str, timeout: int) -> int:
     """Add one to the window's counter and return it (the first hit sets it
     to 1 with its expiry). On Django's Redis backend: one round trip, with a
-    client kept per cache object. Elsewhere: the cache's own ``add`` and
-    ``incr``."""
+    client kept per process. Elsewhere: the cache's own ``add`` and ``incr``."""
     client = _redis_client(cache)
     if client is not None:
         pipe = client.pipeline(transaction=False)
@@ -137,18 +138,108 @@ def _count(cache: BaseCache, key: str, timeout: int) -> int:
         return 1
 
 
+def _redis_config(alias: str) -> tuple[str, dict[str, Any]] | None:
+    """The write server's URL and the pool options of a ``RedisCache`` alias,
+    from its public configuration (``CACHES``) as Django's own client reads
+    it; ``None`` for another backend."""
+    from django.conf import settings as django_settings
+
+    config = django_settings.CACHES.get(alias) or {}
+    if config.get("BACKEND") != "django.core.cache.backends.redis.RedisCache":
+        return None
+    location = config.get("LOCATION")
+    servers = re.split("[;,]", location) if isinstance(location, str) else list(location or [])
+    if not servers:
+        return None
+    options = {k: v for k, v in (config.get("OPTIONS") or {}).items() if k != "serializer"}
+    return servers[0], options  # the first server takes writes
+
+
+_redis_clients: dict[str, Any] = {}
+
+
 def _redis_client(cache: BaseCache) -> Any:
-    """A redis-py client on the cache's own pool, or ``None`` for a backend
-    other than Django's ``RedisCache``. Django builds a client object per
-    operation (for redis-py, a few hundred dict entries each time)."""
+    """A redis-py client for the throttle cache, kept per process, or ``None``
+    for a backend other than Django's ``RedisCache``. Django builds a client
+    object per operation (for redis-py, a few hundred dict entries each time)."""
     from django.core.cache.backends.redis import RedisCache
 
     if not isinstance(cache, RedisCache):
         return None
-    client = cache.__dict__.get("_mcptasks_client")
+    alias = settings.THROTTLE_CACHE
+    client = _redis_clients.get(alias)
     if client is None:
-        client = cache.__dict__["_mcptasks_client"] = cache._cache.get_client(write=True)
+        import redis
+        from django.utils.module_loading import import_string
+
+        found = _redis_config(alias)
+        if found is None:
+            return None
+        url, options = found
+        pool_class = options.pop("pool_class", None) or redis.ConnectionPool
+        if isinstance(options.get("parser_class"), str):
+            options["parser_class"] = import_string(options["parser_class"])
+        pool = (import_string(pool_class) if isinstance(pool_class, str) else pool_class).from_url(url, **options)
+        client = _redis_clients[alias] = redis.Redis(connection_pool=pool)
     return client
+
+
+#: redis.asyncio clients, by event loop (their connections belong to one loop).
+_async_redis_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Any]] = weakref.WeakKeyDictionary()
+
+
+def _async_redis_client() -> Any:
+    """A redis.asyncio client for a Redis ``THROTTLE_CACHE`` on the running
+    loop, or ``None`` (another backend, or a custom pool or parser class that
+    only has a synchronous form)."""
+    alias = settings.THROTTLE_CACHE
+    per_loop = _async_redis_clients.setdefault(asyncio.get_running_loop(), {})
+    if alias in per_loop:
+        return per_loop[alias]
+    client = None
+    found = _redis_config(alias)
+    if found is not None and "pool_class" not in found[1] and "parser_class" not in found[1]:
+        from redis import asyncio as aioredis
+
+        client = aioredis.Redis(connection_pool=aioredis.ConnectionPool.from_url(found[0], **found[1]))
+    per_loop[alias] = client
+    return client
+
+
+def poll_throttle_on_loop() -> bool:
+    """Whether :func:`athrottle_poll` can count a poll on the event loop (no
+    poll throttle, or a Redis throttle cache)."""
+    return not settings.POLL_BURST or _async_redis_client() is not None
+
+
+async def athrottle_poll(owner: str, task_id: str, poll_interval_ms: int) -> None:
+    """:func:`throttle_poll` on the event loop, with the same key, window and
+    answer; only when :func:`poll_throttle_on_loop`."""
+    burst = settings.POLL_BURST
+    if not burst:
+        return
+    seconds = max(poll_interval_ms, 1) / 1000
+    now, window, timeout = _window(seconds)
+    cache = throttle_cache()
+    redis_key = cache.make_and_validate_key(_throttle_key("poll", f"{owner}:{task_id}", window))
+    try:
+        async with _async_redis_client().pipeline(transaction=False) as pipe:
+            pipe.set(redis_key, 0, ex=timeout, nx=True)
+            pipe.incr(redis_key)
+            count = int((await pipe.execute())[1])
+    except Exception as exc:
+        logger.warning("throttle cache %r unavailable, poll request not counted: %r", settings.THROTTLE_CACHE, exc)
+        return
+    if count > burst:
+        raise _limited("poll", window, seconds, now)
+
+
+def _throttle_key(scope: str, key: str, window: int) -> str:
+    return f"mcptasks:throttle:{scope}:{key}:{window}"
+
+
+def _limited(scope: str, window: int, seconds: float, now: float) -> RateLimited:
+    return RateLimited(f"Too many {scope} requests; retry after the interval", (window + 1) * seconds - now)
 
 
 _throttle_caches: dict[str, BaseCache] = {}
@@ -177,6 +268,8 @@ def throttle_cache() -> BaseCache:
 def _forget_throttle_caches(*, setting: str, **kwargs: Any) -> None:
     if setting in ("CACHES", "MCPTASKS"):
         _throttle_caches.clear()
+        _redis_clients.clear()
+        _async_redis_clients.clear()
 
 
 def throttle(scope: str, owner: str) -> None:

@@ -17,13 +17,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import tempfile
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from django.conf import settings as django_settings
 from django.core.exceptions import RequestAborted
 from django.core.handlers.asgi import ASGIHandler
+from django.http.request import split_domain_port, validate_host
 from django.urls import set_script_prefix
+
+logger = logging.getLogger("mcptasks.views")
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -95,6 +100,17 @@ class MCPHandler(ASGIHandler):
         except _BodyTooLarge:
             await self.send_response(_too_large_response(), send)
             return
+        if scope.get("method") == "POST":
+            try:
+                polled = await _poll_on_loop(scope, body.read())
+            except Exception:  # never the loop's to answer: the thread path does, as before
+                logger.debug("poll left to the thread path", exc_info=True)
+                polled = None
+            if polled is not None:
+                body.close()
+                await self.send_response(polled, send)
+                return
+            body.seek(0)
         set_script_prefix(scope.get("root_path", "") or "/")
         request, error = self.create_request(scope, body)
         if request is None:
@@ -122,6 +138,78 @@ class MCPHandler(ASGIHandler):
                         await task
         finally:
             body.close()
+
+
+async def _poll_on_loop(scope: Scope, body: bytes) -> Any:
+    """The response to a modern ``tasks/get`` served on the event loop, or
+    ``None`` for a request the thread path must serve: one it would refuse
+    before the handler (Host, Origin, body, envelope, credentials), one whose
+    caller is not in the identity cache (the thread path identifies it and
+    fills the cache), and whatever ``on_loop`` leaves to it. So every refusal
+    keeps its one home, in ``views``."""
+    from ..errors import ProtocolError
+    from ..protocol import jsonrpc, limits
+    from ..protocol.modern import handlers as modern
+    from ..protocol.modern import on_loop
+    from . import identity_cache
+    from .views import error_response, legacy_wire, origin_allowed, reply_response
+
+    if b"tasks/get" not in body or not on_loop.available():
+        return None  # other requests are parsed once, on the thread path
+    headers = _scope_headers(scope)
+    if not _host_allowed(headers.get("host")):
+        return None
+    origin = headers.get("origin")
+    if origin is not None and not origin_allowed(origin):
+        return None
+    upload_limit = django_settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    if upload_limit is not None and len(body) > upload_limit:
+        return None
+    try:
+        int(headers.get("content-length") or 0)
+        data = jsonrpc.decode(body)
+        limits.check_depth(data)
+        if legacy_wire(headers.get("mcp-protocol-version"), data):
+            return None
+        message = jsonrpc.parse_message(data)
+    except (ProtocolError, ValueError):
+        return None  # the thread path refuses it
+    if message.is_notification or message.method != "tasks/get":
+        return None
+    key = identity_cache.request_key(headers, scope)
+    caller = identity_cache.lookup(key) if key is not None else None
+    if caller is None:
+        return None
+    try:
+        result = await on_loop.get_task(message, caller, headers)
+    except on_loop.NotOnLoop:
+        return None
+    except ProtocolError as exc:
+        return error_response(exc, message.id, status=modern.http_status(exc))
+    return reply_response(result, message.id)
+
+
+def _scope_headers(scope: Scope) -> dict[str, str]:
+    """The request's headers as ``views.lowercase_headers`` gives them from
+    Django's request (names lower case, ``_`` as ``-``, repeats joined)."""
+    headers: dict[str, str] = {}
+    for raw_name, raw_value in scope.get("headers", []):
+        name = raw_name.decode("latin1").lower().replace("_", "-")
+        value = raw_value.decode("latin1")
+        headers[name] = f"{headers[name]},{value}" if name in headers else value
+    return headers
+
+
+def _host_allowed(host: str | None) -> bool:
+    """``HttpRequest.get_host``'s check, for a plain ``Host`` header only (a
+    forwarded host is left to Django)."""
+    if host is None or django_settings.USE_X_FORWARDED_HOST:
+        return False
+    allowed = django_settings.ALLOWED_HOSTS
+    if django_settings.DEBUG and not allowed:
+        allowed = [".localhost", "127.0.0.1", "[::1]"]
+    domain, _port = split_domain_port(host)
+    return bool(domain) and validate_host(domain, allowed)
 
 
 class _BodyTooLarge(Exception):

@@ -27,6 +27,7 @@ from ..protocol.modern.headers import META_VERSION
 from ..protocol.replies import WireReply, empty_reply, error_reply, failsafe, message_reply, result_reply
 from ..protocol.streaming import Deferred
 from ..protocol.threads import tool_threads, worker_threads
+from . import identity_cache
 from .authorization import authenticate
 from .identity import Caller, NotAuthenticated
 from .rendering import render
@@ -65,7 +66,11 @@ def is_legacy(request: HttpRequest, data: Any) -> bool:
     """Era selection. A legacy ``MCP-Protocol-Version`` header, or no header
     and no modern ``_meta`` in the body (an ``initialize``, say), selects the
     2025-era session wire; anything else is served statelessly (2026-07-28)."""
-    header = request.headers.get("MCP-Protocol-Version")
+    return legacy_wire(request.headers.get("MCP-Protocol-Version"), data)
+
+
+def legacy_wire(header: str | None, data: Any) -> bool:
+    """:func:`is_legacy` from the ``MCP-Protocol-Version`` header's value and the body."""
     if header is not None:
         return header.strip() in legacy.LEGACY_VERSIONS
     params = data.get("params") if isinstance(data, dict) else None
@@ -75,12 +80,18 @@ def is_legacy(request: HttpRequest, data: Any) -> bool:
 
 def _authenticated(request: HttpRequest, request_id: Any = None) -> Caller | WireReply:
     try:
-        return authenticate(request)  # identify, then the OAuth resource-server checks
+        caller = authenticate(request)  # identify, then the OAuth resource-server checks
     except NotAuthenticated as exc:
         headers = {"WWW-Authenticate": exc.www_authenticate} if exc.www_authenticate else {}
         return message_reply(
             jsonrpc.error(request_id, ProtocolError(INVALID_REQUEST, exc.message)), status=exc.status, headers=headers
         )
+    scope = getattr(request, "scope", None)  # served through ASGI: polls on the loop may reuse it
+    if scope is not None:
+        key = identity_cache.request_key(lowercase_headers(request), scope)
+        if key is not None:
+            identity_cache.remember(key, caller)
+    return caller
 
 
 def read_body(request: HttpRequest) -> bytes:

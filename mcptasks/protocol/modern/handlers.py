@@ -411,8 +411,8 @@ def listen(req: Request) -> Reply:
 # Tasks ---------------------------------------------------------------------------------
 
 
-def _task_for(req: Request) -> Task:
-    """The caller's task named by ``params.taskId``; -32021 first, then -32602."""
+def task_id_param(req: Request) -> str:
+    """The task id a task method names; -32021 first, then -32602."""
     if not req.tasks_enabled:
         raise missing_tasks_extension()
     task_id = req.params.get("taskId")
@@ -420,16 +420,30 @@ def _task_for(req: Request) -> Task:
         raise InvalidParams('"taskId" (a string) is required')
     if "\x00" in task_id or len(task_id) > 64:
         raise TaskNotFound()  # no stored id has them: the same answer as any unknown id
-    task = Task.objects.lookup(task_id, req.caller.owner)
+    return task_id
+
+
+def owned_task(req: Request, task: Task | None) -> Task:
+    """The looked-up task, if the caller may see it (-32602 otherwise)."""
     if task is None:
         raise TaskNotFound()
     authorization.require_task(req.caller, task)
     return task
 
 
+def _task_for(req: Request) -> Task:
+    """The caller's task named by ``params.taskId``."""
+    return owned_task(req, Task.objects.lookup(task_id_param(req), req.caller.owner))
+
+
 def get_task(req: Request) -> Reply:
     task = _task_for(req)
     limits.throttle_poll(req.caller.owner, task.id, task.poll_interval_ms)
+    return polled_task(req, task)
+
+
+def polled_task(req: Request, task: Task) -> dict[str, Any]:
+    """tasks/get's answer once the poll is counted (also on the event loop)."""
     # Audit: a read of a finished task's outcome (no cost while it runs).
     lifecycle.note_result_retrieved(task, actor=lifecycle.client_actor(req.caller.owner))
     return complete(detailed_task(task))
