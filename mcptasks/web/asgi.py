@@ -104,7 +104,7 @@ class MCPHandler(ASGIHandler):
             try:
                 polled = await _poll_on_loop(scope, body.read())
             except Exception:  # never the loop's to answer: the thread path does, as before
-                logger.debug("poll left to the thread path", exc_info=True)
+                logger.warning("poll left to the thread path after an unexpected error", exc_info=True)
                 polled = None
             if polled is not None:
                 body.close()
@@ -151,8 +151,10 @@ async def _poll_on_loop(scope: Scope, body: bytes) -> Any:
     from ..protocol import jsonrpc, limits
     from ..protocol.modern import handlers as modern
     from ..protocol.modern import on_loop
+    from ..protocol.replies import result_reply
     from . import identity_cache
-    from .views import error_response, legacy_wire, origin_allowed, reply_response
+    from .rendering import render
+    from .views import error_response, legacy_wire, origin_allowed
 
     if b"tasks/get" not in body or not on_loop.available():
         return None  # other requests are parsed once, on the thread path
@@ -186,7 +188,7 @@ async def _poll_on_loop(scope: Scope, body: bytes) -> Any:
         return None
     except ProtocolError as exc:
         return error_response(exc, message.id, status=modern.http_status(exc))
-    return reply_response(result, message.id)
+    return render(result_reply(message.id, result))
 
 
 def _scope_headers(scope: Scope) -> dict[str, str]:
