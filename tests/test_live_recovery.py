@@ -132,8 +132,8 @@ def test_whole_worker_crash_is_recovered_by_a_new_worker(live, live_stack):
     unacknowledged in Redis); a new worker plus the sweeper finish the task."""
     task_id = live.create_task("slow_compute", {"seconds": 4, "label": "new-worker"})
     first = wait_for_new_run(live_stack, task_id, set())
-    live_stack.crash("worker")
-    live_stack.restart("worker")
+    live_stack.crash("worker0")
+    live_stack.restart("worker0")
     row = sweep_until(
         live_stack, task_id, lambda r: r["lease_owner"] not in ("", first["lease_owner"]) or r["status"] in TERMINAL
     )

@@ -9,7 +9,6 @@ skip, saying so.
 from __future__ import annotations
 
 import os
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -80,23 +79,7 @@ def admin_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AdminSite]:
     stack = live.start_stack(log_dir, settings={"MCP_LEASE_SECONDS": "5", "MCP_HEARTBEAT_SECONDS": "1"})
     try:
         port = live.free_port()
-        web = stack.start(
-            "admin-web",
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "tests.browser.asgi:application",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--log-level",
-                "warning",
-                "--lifespan",
-                "off",
-            ],
-        )
+        web = stack.start("admin-web", live.uvicorn_argv(port, "tests.browser.asgi:application"))
         base_url = f"http://127.0.0.1:{port}"
         wait_admin(f"{base_url}/admin/login/", web, log_dir / "admin-web.log")
         stack.shell(
