@@ -14,13 +14,13 @@ import contextlib
 import os
 import random
 import signal
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from tests.support.live import LIVE_SETTINGS, LiveStack, celery_argv, celery_worker_argv, launch_stack
-from tests.support.waiting import wait_until as wait_until
+from tests.reliability.services import Services
+from tests.support.live import LIVE_SETTINGS, LiveStack, celery_argv, celery_worker_argv, launch_stack, teardown_stack
 
 #: Recovery in seconds, not minutes: a lapsed lease or a lost message is seen
 #: within about two seconds by a sweep that runs every second.
@@ -117,3 +117,14 @@ def start_chaos_stack(
         web_workers=web_workers,
         sweeper=sweeper,
     )
+
+
+@contextlib.contextmanager
+def running_chaos_stack(services: Services, log_dir: Path, **options: Any) -> Iterator[ChaosStack]:
+    """A chaos stack on ``services`` (``start_chaos_stack``'s options), stopped
+    and its database dropped at the end of the block."""
+    stack = start_chaos_stack(log_dir, database_url=services.postgres.url, redis_url=services.redis.url, **options)
+    try:
+        yield stack
+    finally:
+        teardown_stack(stack)
