@@ -9,12 +9,12 @@ skip, saying so.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.support import live
@@ -49,25 +49,6 @@ class AdminSite:
         return self.stack.url
 
 
-def wait_admin(url: str, proc: Any, log: Path, timeout: float = 60) -> None:
-    import httpx
-
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"admin server exited with {proc.returncode}:\n{live.tail(log)}")
-        try:
-            response = httpx.get(url, timeout=2)
-            if response.status_code == 200:
-                return
-            last = response.status_code
-        except httpx.HTTPError as exc:
-            last = exc
-        time.sleep(0.1)
-    raise RuntimeError(f"admin at {url} not ready after {timeout}s (last: {last}):\n{live.tail(log)}")
-
-
 @pytest.fixture(scope="module")
 def admin_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AdminSite]:
     if not CHROMIUM.exists():
@@ -81,7 +62,9 @@ def admin_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AdminSite]:
         port = live.free_port()
         web = stack.start("admin-web", live.uvicorn_argv(port, "tests.browser.asgi:application"))
         base_url = f"http://127.0.0.1:{port}"
-        wait_admin(f"{base_url}/admin/login/", web, log_dir / "admin-web.log")
+        login = f"{base_url}/admin/login/"
+        log = log_dir / "admin-web.log"
+        live.wait_ready(web, log, lambda: httpx.get(login, timeout=2).status_code, (200,), what="the admin")
         stack.shell(
             "import json\n"
             "from django.contrib.auth import get_user_model\n"

@@ -20,8 +20,7 @@ import socket
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Mapping
+from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
@@ -29,6 +28,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 from psycopg.rows import dict_row
+
+from tests.support.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/mcptasks"
@@ -94,6 +95,35 @@ def tail(path: Path, lines: int = 40) -> str:
         return "(no log)"
 
 
+def wait_ready(
+    proc: subprocess.Popen[bytes],
+    log: Path,
+    status: Callable[[], int],
+    ok: Container[int],
+    *,
+    what: str,
+    timeout: float = 60.0,
+    interval: float = 0.1,
+) -> None:
+    """Until ``status()`` (an HTTP request's status; a transport error counts
+    as not yet) is in ``ok``; fail with the end of ``log`` if ``proc`` exits first."""
+    import httpx
+
+    last: list[object] = [None]
+
+    def answered() -> bool:
+        if proc.poll() is not None:
+            raise AssertionError(f"{what} exited with {proc.returncode} before answering:\n{tail(log)}")
+        try:
+            last[0] = status()
+        except httpx.HTTPError as exc:
+            last[0] = exc
+            return False
+        return last[0] in ok
+
+    wait_until(answered, timeout, interval, what=f"{what} answering", explain=lambda: f"last: {last[0]}\n{tail(log)}")
+
+
 def wait_http(url: str, proc: subprocess.Popen[bytes], log: Path, *, timeout: float = 60.0) -> None:
     """Until a server/discover on ``url`` answers 200 (or 401 when anonymous access is off)."""
     import httpx
@@ -110,20 +140,12 @@ def wait_http(url: str, proc: subprocess.Popen[bytes], log: Path, *, timeout: fl
         },
     }
     headers = {"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "server/discover"}
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode} before answering:\n{tail(log)}")
-        try:
-            response = httpx.post(url, json=body, headers=headers, timeout=2)
-            if response.status_code in (200, 401):  # 401: up, and it wants a signed-in caller
-                return
-            last = response.status_code
-        except httpx.HTTPError as exc:
-            last = exc
-        time.sleep(0.1)
-    raise RuntimeError(f"server at {url} not ready after {timeout}s (last: {last}):\n{tail(log)}")
+
+    def discover() -> int:
+        return httpx.post(url, json=body, headers=headers, timeout=2).status_code
+
+    # 401: up, and it wants a signed-in caller.
+    wait_ready(proc, log, discover, (200, 401), what=f"server at {url}", timeout=timeout)
 
 
 def uvicorn_argv(
