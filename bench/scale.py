@@ -33,7 +33,7 @@ import psycopg
 
 from bench import client, envs, procs, wrk
 from bench.measures import Config, log
-from bench.stacks import Bench
+from bench.stacks import Bench, manage_argv
 
 KNOWN = {
     "id": "md5(g::text)",
@@ -264,10 +264,7 @@ def purge_while_polling(bench: Bench, cfg: Config, url: str, ids_file: Path, db:
         await asyncio.sleep(5.0)
         marks["purge_start"] = time.perf_counter()
         proc = await asyncio.create_subprocess_exec(
-            str(envs.APP_PY),
-            "manage.py",
-            "mcptasks",
-            "prune",
+            *manage_argv("mcptasks", "prune"),
             cwd=str(envs.REPO),
             env=env,
             stdout=asyncio.subprocess.PIPE,

@@ -99,28 +99,25 @@ class Services:
 
 # Contenders ---------------------------------------------------------------------------------
 
+
+def uvicorn_argv(python: Path, app: str, port: int, workers: int | None = None) -> list[str]:
+    """Every contender's uvicorn command line: uvloop and httptools, no access log."""
+    argv = [str(python), "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port)]
+    if workers is not None:
+        argv += ["--workers", str(workers)]
+    return [*argv, "--loop", "uvloop", "--http", "httptools", "--log-level", "warning", "--no-access-log"]
+
+
+def manage_argv(*args: str) -> list[str]:
+    """``manage.py`` of the example site (run from the repository) with these arguments."""
+    return [str(envs.APP_PY), "manage.py", *args]
+
+
+MCP_APP = "project.asgi:application"
 MCP_WEB = {
     "uvicorn": {
         "label": "mcptasks · uvicorn ×2",
-        "argv": lambda port: [
-            str(envs.APP_PY),
-            "-m",
-            "uvicorn",
-            "project.asgi:application",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--workers",
-            "2",
-            "--loop",
-            "uvloop",
-            "--http",
-            "httptools",
-            "--log-level",
-            "warning",
-            "--no-access-log",
-        ],
+        "argv": lambda port: uvicorn_argv(envs.APP_PY, MCP_APP, port, workers=2),
     },
     "gunicorn": {
         "label": "mcptasks · gunicorn ×2",
@@ -137,47 +134,20 @@ MCP_WEB = {
             "warning",
         ],
     },
-}
-
-
-def _one_process(argv: list[str]) -> list[str]:
-    argv[argv.index("--workers") + 1] = "1"
-    return argv
-
-
-# The listen-stream bench (bench/listen.py): one ASGI process holds every stream.
-MCP_WEB["uvicorn-1"] = {
-    "label": "mcptasks · uvicorn ×1",
-    "argv": lambda port: _one_process(MCP_WEB["uvicorn"]["argv"](port)),
+    # The listen-stream bench (bench/listen.py): one ASGI process holds every stream.
+    "uvicorn-1": {
+        "label": "mcptasks · uvicorn ×1",
+        "argv": lambda port: uvicorn_argv(envs.APP_PY, MCP_APP, port, workers=1),
+    },
 }
 PEER_LABEL = "fastmcp-tasks · uvicorn ×2"
+PEER_APP = "bench.peer_server:app"
 
 # bin/run's defaults (issue 15): ``manage.py mcptasks run``, one uvicorn
 # process with its own Celery worker (prefork, 4 children) and beat, beside
 # the peer's single process (one uvicorn process running its Docket worker).
 RUN_LABEL = "mcptasks · `mcptasks run` defaults"
 PEER_SINGLE_LABEL = "fastmcp-tasks · 1 process"
-
-
-def peer_uvicorn_argv(port: int) -> list[str]:
-    """The peer's web process: uvicorn with uvloop and httptools, as mcptasks gets."""
-    return [
-        str(envs.PEER_PY),
-        "-m",
-        "uvicorn",
-        "bench.peer_server:app",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--loop",
-        "uvloop",
-        "--http",
-        "httptools",
-        "--log-level",
-        "warning",
-        "--no-access-log",
-    ]
 
 
 @dataclass
@@ -275,12 +245,7 @@ class Bench:
     def prepare_db(self, db: str | None = None) -> None:
         name = db or self.db
         self.services.recreate_db(name)
-        subprocess.run(
-            [str(envs.APP_PY), "manage.py", "migrate", "-v0"],
-            cwd=REPO,
-            env=self.mcp_env(db=name),
-            check=True,
-        )
+        self.manage("migrate", "-v0", db=name)
 
     def make_token(self) -> str:
         """A user and its DRF token in the bench database: real clients send a
@@ -290,16 +255,26 @@ class Bench:
             "u, _ = get_user_model().objects.get_or_create(username='bench-client'); "
             "print(Token.objects.get_or_create(user=u)[0].key)"
         )
-        out = subprocess.run(
-            [str(envs.APP_PY), "manage.py", "shell", "-c", code],
-            cwd=REPO,
-            env=self.mcp_env(),
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        self.token = out.stdout.strip().splitlines()[-1]
+        self.token = self.shell(code)
         return self.token
+
+    def manage(self, *args: str, db: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """``manage.py <args>`` on the bench database (or ``db``), its output captured."""
+        result = subprocess.run(manage_argv(*args), cwd=REPO, env=self.mcp_env(db=db), capture_output=True, text=True)
+        if check and result.returncode != 0:
+            raise RuntimeError(f"manage.py {' '.join(args)} failed ({result.returncode}):\n{result.stderr}")
+        return result
+
+    def shell(self, code: str, *, check: bool = True) -> str | None:
+        """The last line ``code`` prints in ``manage.py shell`` (None: it failed
+        or printed nothing, with ``check=False``)."""
+        result = self.manage("shell", "-c", code, check=check)
+        out = result.stdout.strip()
+        if result.returncode != 0 or not out:
+            if check:
+                raise RuntimeError(f"manage.py shell printed nothing for: {code}")
+            return None
+        return out.splitlines()[-1]
 
     def start_mcp_run(self) -> Web:
         """``manage.py mcptasks run`` with its defaults (one uvicorn process,
@@ -311,8 +286,7 @@ class Bench:
         log = self.logs / "mcptasks-run.log"
         env = self.mcp_env(MCP_CELERY_QUEUE=f"{self.queue}-run", MCP_SWEEP_SECONDS="86400")
         # The Celery app is the example site's (the bench's settings module lives in bench/).
-        argv = [str(envs.APP_PY), "manage.py", "mcptasks", "run", "--host", "127.0.0.1", "--port", str(port)]
-        argv += ["--celery-app", "project"]
+        argv = manage_argv("mcptasks", "run", "--host", "127.0.0.1", "--port", str(port), "--celery-app", "project")
         proc = procs.start(argv, env=env, log=log, cwd=REPO)
         base = f"http://127.0.0.1:{port}"
         web = Web("run", RUN_LABEL, f"{base}/mcp", base, proc, log, "mcptasks", runs_own_workers=True)
@@ -326,7 +300,7 @@ class Bench:
         inside, on a Docket of its own (no worker_cli process takes its tasks)."""
         port = free_port()
         log = self.logs / "peer-single.log"
-        argv = peer_uvicorn_argv(port)
+        argv = uvicorn_argv(envs.PEER_PY, PEER_APP, port)
         proc = procs.start(argv, env=self.peer_env(docket=f"{self.docket}-single"), log=log, cwd=REPO)
         base = f"http://127.0.0.1:{port}"
         web = Web("peer1", PEER_SINGLE_LABEL, f"{base}/mcp", base, proc, log, "peer", executing_processes=1)
@@ -353,8 +327,7 @@ class Bench:
         """bench/bare_asgi.py under the mcptasks uvicorn command line."""
         port = free_port()
         log = self.logs / "bare-asgi.log"
-        argv = MCP_WEB["uvicorn"]["argv"](port)
-        argv[argv.index("project.asgi:application")] = "bench.bare_asgi:app"
+        argv = uvicorn_argv(envs.APP_PY, "bench.bare_asgi:app", port, workers=2)
         proc = procs.start(argv, env=self.mcp_env(), log=log, cwd=REPO)
         base = f"http://127.0.0.1:{port}"
         web = Web("bare-asgi", "bare ASGI app · uvicorn ×2", f"{base}/mcp", base, proc, log, "floor")
@@ -400,9 +373,7 @@ class Bench:
     def start_peer_web(self, workers: int = 1) -> Web:
         port = free_port()
         log = self.logs / "peer-web.log"
-        argv = peer_uvicorn_argv(port)
-        if workers > 1:
-            argv += ["--workers", str(workers)]
+        argv = uvicorn_argv(envs.PEER_PY, PEER_APP, port, workers=workers if workers > 1 else None)
         proc = procs.start(argv, env=self.peer_env(), log=log, cwd=REPO)
         base = f"http://127.0.0.1:{port}"
         # Each web process runs a Docket worker, and so does each worker_cli process.

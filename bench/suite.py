@@ -97,14 +97,7 @@ def database_settings(bench: Bench) -> str:
         "import json; from django.db import connection as c; d = c.settings_dict; "
         "print(json.dumps({'CONN_MAX_AGE': d.get('CONN_MAX_AGE'), 'pool': (d.get('OPTIONS') or {}).get('pool')}))"
     )
-    out = subprocess.run(
-        [str(envs.APP_PY), "manage.py", "shell", "-c", code],
-        cwd=REPO,
-        env=bench.mcp_env(),
-        capture_output=True,
-        text=True,
-    )
-    return out.stdout.strip().splitlines()[-1] if out.returncode == 0 and out.stdout.strip() else "?"
+    return bench.shell(code, check=False) or "?"
 
 
 def main() -> None:

@@ -257,6 +257,18 @@ def published() -> Iterator[list[dict[str, Any]]]:
         after_task_publish.disconnect(record)
 
 
+@pytest.fixture
+def token_for(django_user_model: Any) -> Any:
+    """``token_for(username) -> str``: a new user and its DRF token key."""
+    from rest_framework.authtoken.models import Token
+
+    def make(username: str) -> str:
+        user = django_user_model.objects.create(username=username)
+        return Token.objects.create(user=user).key
+
+    return make
+
+
 # The live stack ----------------------------------------------------------------------------
 
 
@@ -298,3 +310,22 @@ def live(live_stack: Any) -> Iterator[HttpRpc]:
         yield client
     finally:
         client.close()
+
+
+# The chaos tests' servers --------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def private_services() -> Iterator[Any]:
+    """A Postgres cluster and a Redis server of our own, for the chaos
+    stacks (tests/reliability/stack.py); stopped at the end."""
+    from tests.reliability.services import ServiceUnavailable, acquire_services, release_services
+
+    try:
+        services = acquire_services()
+    except ServiceUnavailable as exc:
+        pytest.skip(f"cannot run private services: {exc}")
+    try:
+        yield services
+    finally:
+        release_services()

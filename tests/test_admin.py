@@ -31,6 +31,7 @@ from tests.support.factories import (
     running_task,
     waiting_task,
 )
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.django_db
 
@@ -399,10 +400,7 @@ def test_an_admin_cancel_stops_the_running_tool_like_a_client_cancel(admin_clien
     runner = threading.Thread(target=lambda: outcome.append(execution.run_task(task.id)))
     started = time.monotonic()
     runner.start()
-    deadline = time.monotonic() + 10
-    while not reload(task).lease_owner and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert reload(task).lease_owner, "the run never claimed the task"
+    wait_until(lambda: reload(task).lease_owner, 10, interval=0.02, what="the run claiming the task")
     run_action(admin_client, "cancel_tasks", task)
     runner.join(timeout=10)
     assert not runner.is_alive(), "the tool kept running after the cancel"

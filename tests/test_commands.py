@@ -27,6 +27,7 @@ from tests.support import live, postgres_only
 from tests.support.factories import (
     WORKER,
     accept,
+    bulk_expired_tasks,
     cancelled_task,
     completed_task,
     failed_task,
@@ -115,56 +116,6 @@ def test_prune_counts_dry_run_batches_and_max_batches():
 BULK = 30_000
 
 
-def bulk_expired(count: int) -> None:
-    if connection.vendor != "postgresql":  # no generate_series: the same rows through the ORM
-        made = timezone.now() - timedelta(hours=2)
-        Task.objects.bulk_create(
-            (
-                Task(
-                    id=f"expired-{g}",
-                    owner="bulk",
-                    tool_name="slow_compute",
-                    status=TaskStatus.COMPLETED,
-                    result={"content": [], "isError": False},
-                    created_at=made,
-                    updated_at=made,
-                    ttl_ms=3_600_000,
-                    expires_at=made + timedelta(hours=1),
-                    attempts=1,
-                )
-                for g in range(1, count + 1)
-            ),
-            batch_size=2_000,
-        )
-        TaskEvent.objects.bulk_create(
-            (
-                TaskEvent(task_id=f"expired-{g}", at=made, kind="created", to_status="working", actor="client:bulk")
-                for g in range(1, count + 1)
-            ),
-            batch_size=2_000,
-        )
-        return
-    with connection.cursor() as cursor:
-        cursor.execute(
-            """
-            INSERT INTO mcptasks_task (id, owner, tool_name, arguments, era, client_capabilities, status,
-                status_message, result, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms,
-                attempts, lease_owner, cancelled_by)
-            SELECT 'expired-' || g, 'bulk', 'slow_compute', '{}', '2026-07-28', '{}', 'completed', '',
-                '{"content": [], "isError": false}', now() - interval '2 hours', now() - interval '2 hours',
-                3600000, now() - interval '1 hour', 1000, 1, '', ''
-            FROM generate_series(1, %s) AS g
-            """,
-            [count],
-        )
-        cursor.execute(
-            """
-            INSERT INTO mcptasks_taskevent (task_id, at, kind, from_status, to_status, actor, detail)
-            SELECT id, created_at, 'created', '', 'working', 'client:bulk', '{}' FROM mcptasks_task WHERE owner = 'bulk'
-            """
-        )
-
-
 @pytest.mark.django_db(transaction=True)
 def test_prune_of_a_large_backlog_never_stalls_polls(rpc, settings):
     """While ``manage.py mcptasks prune`` (its own process, as on a worker)
@@ -173,7 +124,7 @@ def test_prune_of_a_large_backlog_never_stalls_polls(rpc, settings):
     and locks only the rows it deletes."""
     # Polls here come faster than a client honouring pollIntervalMs would send them.
     settings.MCPTASKS = {**settings.MCPTASKS, "POLL_BURST": None}
-    bulk_expired(BULK)
+    bulk_expired_tasks(BULK)
     polled = lifecycle.create_task(owner="anonymous", tool_name="slow_compute", arguments={}, enqueue=False)
     db = connection.settings_dict
     if connection.vendor == "sqlite":

@@ -29,13 +29,13 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 
-from tests.reliability.fixtures import FORMS, private_services, record_figures  # noqa: F401 (fixture)
+from tests.reliability.forms import FORMS, record_figures
 from tests.reliability.fuzzing import Case, Expected, Variants, category, check, expect
 from tests.reliability.rawhttp import Connection, ProtocolFailure
-from tests.reliability.stack import ChaosStack, start_chaos_stack, wait_until
+from tests.reliability.stack import ChaosStack, running_chaos_stack
 from tests.support import postgres_only
-from tests.support.live import drop_database, with_database
 from tests.support.rpc import HttpRpc
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.live, postgres_only.CHAOS]
 
@@ -47,24 +47,19 @@ CONNECTIONS = 24
 
 
 @pytest.fixture(scope="module")
-def fuzz_stack(private_services, tmp_path_factory) -> Iterator[ChaosStack]:  # noqa: F811
+def fuzz_stack(private_services, tmp_path_factory) -> Iterator[ChaosStack]:
     """The example site with its default limits (poll burst 10, 1000 active
     tasks, 100 calls a second per owner), two web processes, one worker."""
-    stack = start_chaos_stack(
+    with running_chaos_stack(
+        private_services,
         tmp_path_factory.mktemp("fuzz"),
-        database_url=private_services.postgres.url,
-        redis_url=private_services.redis.url,
         workers=1,
         concurrency=2,
         web_workers=2,
         sweeper=False,
         settings={"MCP_POLL_BURST": "10", "MCP_MAX_ACTIVE_TASKS": "1000", "MCP_POLL_INTERVAL_MS": "1000"},
-    )
-    try:
+    ) as stack:
         yield stack
-    finally:
-        stack.stop()
-        drop_database(with_database(stack.database_url, "postgres"), stack.db_name)
 
 
 def seed_tasks(stack: ChaosStack) -> tuple[dict[str, list[str]], dict[str, str]]:

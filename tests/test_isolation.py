@@ -30,11 +30,11 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.reliability.fixtures import private_services, record_figures  # noqa: F401 (a fixture)
-from tests.reliability.stack import ChaosStack, start_chaos_stack, wait_until
+from tests.reliability.forms import record_figures
+from tests.reliability.stack import ChaosStack, running_chaos_stack
 from tests.support import postgres_only
-from tests.support.live import drop_database, with_database
 from tests.support.rpc import TASKS_CAPS, HttpRpc, build_headers, build_meta
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.live
 
@@ -44,21 +44,16 @@ SERVER_IDS = 1000
 
 
 @pytest.fixture(scope="module")
-def iso_stack(private_services, tmp_path_factory) -> Iterator[ChaosStack]:  # noqa: F811
-    stack = start_chaos_stack(
+def iso_stack(private_services, tmp_path_factory) -> Iterator[ChaosStack]:
+    with running_chaos_stack(
+        private_services,
         tmp_path_factory.mktemp("isolation"),
-        database_url=private_services.postgres.url,
-        redis_url=private_services.redis.url,
         workers=1,
         concurrency=4,
         sweeper=False,
         settings={"MCP_POLL_BURST": "0"},
-    )
-    try:
+    ) as stack:
         yield stack
-    finally:
-        stack.stop()
-        drop_database(with_database(stack.database_url, "postgres"), stack.db_name)
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,6 @@ behind any load balancer): it must still get there.
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -25,8 +24,7 @@ pytestmark = [pytest.mark.live, postgres_only.LIVE_STACK]
 def second_web(live_stack: Any) -> Iterator[str]:
     """Another uvicorn on the same services; its URL."""
     port = live.free_port()
-    argv = [sys.executable, "-m", "uvicorn", "project.asgi:application", "--host", "127.0.0.1", "--port", str(port)]
-    proc = live_stack.start("web-legacy-2", [*argv, "--log-level", "warning", "--lifespan", "off"])
+    proc = live_stack.start("web-legacy-2", live.uvicorn_argv(port))
     try:
         url = f"http://127.0.0.1:{port}/mcp"
         live.wait_http(url, proc, live_stack.log_dir / "web-legacy-2.log")

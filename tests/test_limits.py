@@ -37,7 +37,6 @@ from mcptasks.conf import settings as mcp_settings
 from mcptasks.models import InputRequest, InputRequestState, Task, TaskStatus
 from mcptasks.protocol.limits import throttle_cache
 from mcptasks.tasks import lifecycle
-from tests.reliability.fixtures import private_services  # noqa: F401 (a fixture, for the live tests)
 from tests.support import postgres_only
 from tests.support.factories import accept, running_task, waiting_task
 from tests.support.rpc import PROTOCOL_VERSION, TASKS_CAPS, DjangoRpc, build_headers, build_meta
@@ -63,17 +62,6 @@ def limit(settings) -> Any:
         settings.MCPTASKS = {**settings.MCPTASKS, **values}
 
     return apply
-
-
-@pytest.fixture
-def token_for(django_user_model) -> Any:
-    from rest_framework.authtoken.models import Token
-
-    def make(username: str) -> str:
-        user = django_user_model.objects.create(username=username)
-        return Token.objects.create(user=user).key
-
-    return make
 
 
 def assert_error(reply: Any, code: int, status: int) -> dict[str, Any]:
@@ -608,14 +596,12 @@ def test_unrelated_authorization_schemes_are_ignored(rpc):
 
 
 @pytest.fixture(scope="module")
-def limits_stack(private_services, tmp_path_factory):  # noqa: F811
-    from tests.reliability.stack import start_chaos_stack
-    from tests.support.live import drop_database, with_database
+def limits_stack(private_services, tmp_path_factory):
+    from tests.reliability.stack import running_chaos_stack
 
-    stack = start_chaos_stack(
+    with running_chaos_stack(
+        private_services,
         tmp_path_factory.mktemp("limits"),
-        database_url=private_services.postgres.url,
-        redis_url=private_services.redis.url,
         workers=1,
         sweeper=False,
         settings={
@@ -623,12 +609,8 @@ def limits_stack(private_services, tmp_path_factory):  # noqa: F811
             "MCP_POLL_INTERVAL_MS": "30000",
             "MCPTASKS_TEST_THROTTLE_RATES": json.dumps({"call": "100/s", "update": "100/s", "listen": "2/m"}),
         },
-    )
-    try:
+    ) as stack:
         yield stack
-    finally:
-        stack.stop()
-        drop_database(with_database(stack.database_url, "postgres"), stack.db_name)
 
 
 @pytest.mark.live

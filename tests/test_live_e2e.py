@@ -12,6 +12,7 @@ import pytest
 
 from tests.support import postgres_only
 from tests.support.rpc import NO_CAPS, TASKS_CAPS, HttpRpc
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.live, postgres_only.LIVE_STACK]
 
@@ -26,13 +27,12 @@ def text(result: dict) -> str:
 
 def wait_running(stack, task_id: str, timeout: float = 15) -> dict:
     """Until a worker holds the task's lease (its run has started)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def held() -> dict | None:
         row = stack.task_row(task_id)
-        if row and row["lease_owner"]:
-            return row
-        time.sleep(0.02)
-    raise AssertionError(f"no worker picked up {task_id}:\n{stack.logs()}")
+        return row if row and row["lease_owner"] else None
+
+    return wait_until(held, timeout, interval=0.02, what=f"a worker picking up {task_id}", explain=stack.logs)
 
 
 def test_sync_tool_call(live):

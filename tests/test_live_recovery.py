@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 import pytest
 
 from tests.support import postgres_only
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.live, postgres_only.LIVE_STACK]
 
@@ -29,13 +30,20 @@ def lease_pid(lease_owner: str) -> int:
 
 def wait_for_new_run(stack, task_id: str, not_owner: set[str], timeout: float = 20) -> dict:
     """Until the task is terminal or held by a run not in ``not_owner``."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def new_run() -> dict | None:
         row = stack.task_row(task_id)
         if row["status"] in TERMINAL or (row["lease_owner"] and row["lease_owner"] not in not_owner):
             return row
-        time.sleep(0.02)
-    raise AssertionError(f"no new run of {task_id} within {timeout}s: {stack.task_row(task_id)}\n{stack.logs()}")
+        return None
+
+    return wait_until(
+        new_run,
+        timeout,
+        interval=0.02,
+        what=f"a new run of {task_id}",
+        explain=lambda: f"{stack.task_row(task_id)}\n{stack.logs()}",
+    )
 
 
 def kill_run(stack, row: dict) -> int:
@@ -47,9 +55,10 @@ def kill_run(stack, row: dict) -> int:
 
 def sweep_until(stack, task_id: str, done, timeout: float = 40) -> dict:
     """Run the sweeper whenever the lease has lapsed, until ``done(row)``."""
-    deadline = time.monotonic() + timeout
     sweeps = 0
-    while time.monotonic() < deadline:
+
+    def recovered() -> dict | None:
+        nonlocal sweeps
         row = stack.task_row(task_id)
         if done(row):
             return row
@@ -58,8 +67,15 @@ def sweep_until(stack, task_id: str, done, timeout: float = 40) -> dict:
             out = stack.manage("mcptasks", "sweep").stdout
             sweeps += 1
             assert "sweep:" in out
-        time.sleep(0.2)
-    raise AssertionError(f"{task_id} not recovered after {sweeps} sweeps: {stack.task_row(task_id)}\n{stack.logs()}")
+        return None
+
+    return wait_until(
+        recovered,
+        timeout,
+        interval=0.2,
+        what=f"{task_id} recovered",
+        explain=lambda: f"after {sweeps} sweeps: {stack.task_row(task_id)}\n{stack.logs()}",
+    )
 
 
 def test_killed_run_is_rerun_to_completion(live, live_stack):
@@ -132,8 +148,8 @@ def test_whole_worker_crash_is_recovered_by_a_new_worker(live, live_stack):
     unacknowledged in Redis); a new worker plus the sweeper finish the task."""
     task_id = live.create_task("slow_compute", {"seconds": 4, "label": "new-worker"})
     first = wait_for_new_run(live_stack, task_id, set())
-    live_stack.crash("worker")
-    live_stack.restart("worker")
+    live_stack.crash("worker0")
+    live_stack.restart("worker0")
     row = sweep_until(
         live_stack, task_id, lambda r: r["lease_owner"] not in ("", first["lease_owner"]) or r["status"] in TERMINAL
     )

@@ -7,13 +7,13 @@ from datetime import timedelta
 
 import pytest
 from django.core.management import call_command
-from django.db import connection
 from django.utils import timezone
 
 from mcptasks.models import InputRequest, Task, TaskEvent, TaskStatus
 from mcptasks.tasks import lifecycle
 from tests.support.factories import (
     WORKER,
+    bulk_expired_tasks,
     completed_task,
     failed_task,
     make_task,
@@ -247,70 +247,8 @@ def test_prune_command(capsys):
 BULK = 20_000
 
 
-def bulk_insert_expired(count: int) -> None:
-    """``count`` expired completed tasks, two events each, in three statements
-    (on SQLite, which has no generate_series: the same rows through the ORM)."""
-    if connection.vendor != "postgresql":
-        bulk_create_expired(count)
-        return
-    with connection.cursor() as cursor:
-        cursor.execute(
-            """
-            INSERT INTO mcptasks_task (id, owner, tool_name, arguments, era, client_capabilities, status,
-                status_message, result, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms,
-                attempts, lease_owner, cancelled_by)
-            SELECT 'bulk-' || g, 'bulk', 'slow_compute', '{}', '2026-07-28', '{}', 'completed', '',
-                '{"content": [], "isError": false}', now() - interval '2 hours', now() - interval '2 hours',
-                3600000, now() - interval '1 hour' - (g || ' milliseconds')::interval, 1000, 1, '', ''
-            FROM generate_series(1, %s) AS g
-            """,
-            [count],
-        )
-        cursor.execute(
-            """
-            INSERT INTO mcptasks_taskevent (task_id, at, kind, from_status, to_status, actor, detail)
-            SELECT t.id, t.created_at, k.kind, k.f, k.t, 'system', '{}'
-            FROM mcptasks_task t,
-                 (VALUES ('created', '', 'working'), ('transition', 'working', 'completed')) AS k(kind, f, t)
-            WHERE t.owner = 'bulk'
-            """
-        )
-
-
-def bulk_create_expired(count: int) -> None:
-    """What ``bulk_insert_expired``'s statements insert, row for row."""
-    now = timezone.now()
-    made = now - timedelta(hours=2)
-    Task.objects.bulk_create(
-        (
-            Task(
-                id=f"bulk-{g}",
-                owner="bulk",
-                tool_name="slow_compute",
-                status=TaskStatus.COMPLETED,
-                result={"content": [], "isError": False},
-                created_at=made,
-                updated_at=made,
-                ttl_ms=3_600_000,
-                expires_at=now - timedelta(hours=1, milliseconds=g),
-                attempts=1,
-            )
-            for g in range(1, count + 1)
-        ),
-        batch_size=2_000,
-    )
-    TaskEvent.objects.bulk_create(
-        (
-            TaskEvent(task_id=f"bulk-{g}", at=made, kind=kind, from_status=source, to_status=target, actor="system")
-            for g in range(1, count + 1)
-            for kind, source, target in (("created", "", "working"), ("transition", "working", "completed"))
-        ),
-        batch_size=2_000,
-    )
-
-
 def test_purge_a_large_backlog():
-    bulk_insert_expired(BULK)
+    bulk_expired_tasks(BULK)
     running = running_task()
     expire(running)
     assert Task.objects.filter(owner="bulk").count() == BULK
@@ -326,7 +264,7 @@ def test_purge_a_large_backlog():
 
 
 def test_purge_stops_after_max_batches_on_a_large_backlog():
-    bulk_insert_expired(2_500)
+    bulk_expired_tasks(2_500)
     assert lifecycle.purge_expired(batch_size=1000, max_batches=2) == 2000
     assert Task.objects.filter(owner="bulk").count() == 500
     # Oldest expiry first: the ones left are the most recently expired.

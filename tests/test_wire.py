@@ -609,17 +609,6 @@ def test_cancelled_run_cannot_complete_afterwards(rpc):
 # Identity ---------------------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def token_for(django_user_model):
-    from rest_framework.authtoken.models import Token
-
-    def make(username: str) -> str:
-        user = django_user_model.objects.create(username=username)
-        return Token.objects.create(user=user).key
-
-    return make
-
-
 def test_bearer_token_identifies_the_owner(poll_rpc, token_for, django_user_model):
     token = token_for("alice")
     task_id = poll_rpc.create_task("slow_compute", {"seconds": 30}, token=token)

@@ -9,13 +9,12 @@ skip, saying so.
 from __future__ import annotations
 
 import os
-import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.support import live
@@ -50,25 +49,6 @@ class AdminSite:
         return self.stack.url
 
 
-def wait_admin(url: str, proc: Any, log: Path, timeout: float = 60) -> None:
-    import httpx
-
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"admin server exited with {proc.returncode}:\n{live.tail(log)}")
-        try:
-            response = httpx.get(url, timeout=2)
-            if response.status_code == 200:
-                return
-            last = response.status_code
-        except httpx.HTTPError as exc:
-            last = exc
-        time.sleep(0.1)
-    raise RuntimeError(f"admin at {url} not ready after {timeout}s (last: {last}):\n{live.tail(log)}")
-
-
 @pytest.fixture(scope="module")
 def admin_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AdminSite]:
     if not CHROMIUM.exists():
@@ -80,25 +60,11 @@ def admin_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AdminSite]:
     stack = live.start_stack(log_dir, settings={"MCP_LEASE_SECONDS": "5", "MCP_HEARTBEAT_SECONDS": "1"})
     try:
         port = live.free_port()
-        web = stack.start(
-            "admin-web",
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "tests.browser.asgi:application",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--log-level",
-                "warning",
-                "--lifespan",
-                "off",
-            ],
-        )
+        web = stack.start("admin-web", live.uvicorn_argv(port, "tests.browser.asgi:application"))
         base_url = f"http://127.0.0.1:{port}"
-        wait_admin(f"{base_url}/admin/login/", web, log_dir / "admin-web.log")
+        login = f"{base_url}/admin/login/"
+        log = log_dir / "admin-web.log"
+        live.wait_ready(web, log, lambda: httpx.get(login, timeout=2).status_code, (200,), what="the admin")
         stack.shell(
             "import json\n"
             "from django.contrib.auth import get_user_model\n"

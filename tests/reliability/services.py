@@ -9,6 +9,7 @@ as root) and a ``redis-server`` without persistence.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import glob
 import os
@@ -17,7 +18,9 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from tests.support.live import free_port
@@ -188,3 +191,56 @@ class PrivateRedis:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+# One pair per test process --------------------------------------------------------------------
+
+
+@dataclass
+class Services:
+    postgres: PrivatePostgres
+    redis: PrivateRedis
+
+
+# One pair of private servers per test process, however many modules use it.
+_services: Services | None = None
+_users = 0
+_lock = threading.Lock()
+
+
+def acquire_services() -> Services:
+    """The process's private Postgres and Redis, started by the first caller."""
+    global _services, _users
+    with _lock:
+        if _services is None:
+            postgres = PrivatePostgres()
+            redis = PrivateRedis()
+            try:
+                postgres.init()
+                postgres.start()
+                redis.start()
+            except BaseException:
+                postgres.destroy()
+                redis.stop()
+                raise
+            _services = Services(postgres, redis)
+            atexit.register(_stop_at_exit, _services)
+        _users += 1
+        return _services
+
+
+def _stop_at_exit(services: Services) -> None:
+    """However the session ends, leave no server behind."""
+    services.redis.stop()
+    services.postgres.destroy()
+
+
+def release_services() -> None:
+    """One user fewer; the last one stops the servers."""
+    global _services, _users
+    with _lock:
+        _users -= 1
+        if _users == 0 and _services is not None:
+            _services.redis.stop()
+            _services.postgres.destroy()
+            _services = None

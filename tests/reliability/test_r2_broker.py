@@ -31,10 +31,10 @@ from collections import Counter
 import pytest
 
 from tests.reliability import audit
-from tests.reliability.fixtures import FORMS, record_figures
+from tests.reliability.forms import FORMS, record_figures
 from tests.reliability.load import Load
-from tests.reliability.stack import wait_until
 from tests.support import postgres_only
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.live, postgres_only.CHAOS]
 

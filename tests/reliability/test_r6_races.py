@@ -37,10 +37,10 @@ import httpx
 import pytest
 
 from tests.reliability import audit
-from tests.reliability.fixtures import FORMS, record_figures
-from tests.reliability.stack import wait_until
+from tests.reliability.forms import FORMS, record_figures
 from tests.support import postgres_only
 from tests.support.rpc import HttpRpc
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.live, postgres_only.CHAOS]
 

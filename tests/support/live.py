@@ -4,6 +4,9 @@ a uvicorn web process and a Celery worker on Redis.
 Everything is unique to the run (database name, Celery queue, worker node
 name, port), so two runs on one machine do not share work. Each process gets
 its own process group and the whole group is killed at teardown.
+
+This is the one launcher of the suite's processes: the chaos stack
+(tests/reliability/stack.py) is a ``LiveStack`` with more of them.
 """
 
 from __future__ import annotations
@@ -16,15 +19,17 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 from psycopg.rows import dict_row
+
+from tests.support.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/mcptasks"
@@ -90,6 +95,35 @@ def tail(path: Path, lines: int = 40) -> str:
         return "(no log)"
 
 
+def wait_ready(
+    proc: subprocess.Popen[bytes],
+    log: Path,
+    status: Callable[[], int],
+    ok: Container[int],
+    *,
+    what: str,
+    timeout: float = 60.0,
+    interval: float = 0.1,
+) -> None:
+    """Until ``status()`` (an HTTP request's status; a transport error counts
+    as not yet) is in ``ok``; fail with the end of ``log`` if ``proc`` exits first."""
+    import httpx
+
+    last: list[object] = [None]
+
+    def answered() -> bool:
+        if proc.poll() is not None:
+            raise AssertionError(f"{what} exited with {proc.returncode} before answering:\n{tail(log)}")
+        try:
+            last[0] = status()
+        except httpx.HTTPError as exc:
+            last[0] = exc
+            return False
+        return last[0] in ok
+
+    wait_until(answered, timeout, interval, what=f"{what} answering", explain=lambda: f"last: {last[0]}\n{tail(log)}")
+
+
 def wait_http(url: str, proc: subprocess.Popen[bytes], log: Path, *, timeout: float = 60.0) -> None:
     """Until a server/discover on ``url`` answers 200 (or 401 when anonymous access is off)."""
     import httpx
@@ -106,20 +140,50 @@ def wait_http(url: str, proc: subprocess.Popen[bytes], log: Path, *, timeout: fl
         },
     }
     headers = {"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "server/discover"}
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode} before answering:\n{tail(log)}")
-        try:
-            response = httpx.post(url, json=body, headers=headers, timeout=2)
-            if response.status_code in (200, 401):  # 401: up, and it wants a signed-in caller
-                return
-            last = response.status_code
-        except httpx.HTTPError as exc:
-            last = exc
-        time.sleep(0.1)
-    raise RuntimeError(f"server at {url} not ready after {timeout}s (last: {last}):\n{tail(log)}")
+
+    def discover() -> int:
+        return httpx.post(url, json=body, headers=headers, timeout=2).status_code
+
+    # 401: up, and it wants a signed-in caller.
+    wait_ready(proc, log, discover, (200, 401), what=f"server at {url}", timeout=timeout)
+
+
+def uvicorn_argv(
+    port: int,
+    app: str = "project.asgi:application",
+    *,
+    workers: int = 1,
+    graceful_shutdown: int | None = None,
+) -> list[str]:
+    """The command of a web process serving ``app`` on 127.0.0.1:``port``."""
+    argv = [sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port)]
+    argv += ["--log-level", "warning", "--lifespan", "off"]
+    if workers > 1:
+        argv += ["--workers", str(workers)]
+    if graceful_shutdown is not None:
+        argv += ["--timeout-graceful-shutdown", str(graceful_shutdown)]
+    return argv
+
+
+def celery_argv(*args: str) -> list[str]:
+    """A ``celery`` command on the example site's app."""
+    return [sys.executable, "-m", "celery", "-A", "project", *args]
+
+
+def celery_worker_argv(
+    queue: str, node: str, *, concurrency: int, pool: str = "prefork", heartbeat: bool = True
+) -> list[str]:
+    """The command of a Celery worker consuming ``queue`` as node ``node@<host>``."""
+    argv = celery_argv("worker", "-Q", queue, "-n", f"{node}@%h", "--concurrency", str(concurrency))
+    argv += ["--pool", pool, "--loglevel", "WARNING", "--without-gossip", "--without-mingle"]
+    if not heartbeat:
+        argv.append("--without-heartbeat")
+    return argv
+
+
+def child_pids(pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    return [int(child) for child in out.split()]
 
 
 @dataclass
@@ -134,8 +198,19 @@ class LiveStack:
     queue: str
     env: dict[str, str]
     log_dir: Path
+    workers: int = 1
+    concurrency: int = 2
+    web_workers: int = 1
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     argv: dict[str, list[str]] = field(default_factory=dict)
+    restarts: dict[str, int] = field(default_factory=dict)
+    # Chaos tests start, kill and restart processes from several threads.
+    _lock: threading.RLock = field(default_factory=threading.RLock)
+
+    #: uvicorn's ``--timeout-graceful-shutdown`` (None: wait for every connection).
+    graceful_shutdown: ClassVar[int | None] = 2
+    #: Celery's worker heartbeat events.
+    worker_heartbeat: ClassVar[bool] = True
 
     # Database access ------------------------------------------------------------------
 
@@ -174,34 +249,65 @@ class LiveStack:
         out = self.manage("shell", "-c", code).stdout.strip().splitlines()
         return json.loads(out[-1])
 
-    def create_user_token(self, username: str) -> str:
+    def create_tokens(self, usernames: list[str]) -> dict[str, str]:
+        """DRF token keys for these users (created as needed), in one command."""
         code = (
             "import json\n"
             "from django.contrib.auth import get_user_model\n"
             "from rest_framework.authtoken.models import Token\n"
-            f"user, _ = get_user_model().objects.get_or_create(username={username!r})\n"
-            "token, _ = Token.objects.get_or_create(user=user)\n"
-            "print(json.dumps(token.key))\n"
+            "out = {}\n"
+            f"for name in {usernames!r}:\n"
+            "    user, _ = get_user_model().objects.get_or_create(username=name)\n"
+            "    out[name] = Token.objects.get_or_create(user=user)[0].key\n"
+            "print(json.dumps(out))\n"
         )
         return self.shell(code)
+
+    def create_user_token(self, username: str) -> str:
+        return self.create_tokens([username])[username]
 
     def logs(self) -> str:
         return "\n".join(f"--- {name} ---\n{tail(self.log_dir / f'{name}.log')}" for name in self.procs)
 
-    def worker_pids(self) -> set[int]:
-        """The Celery pool processes (children of the worker main process)."""
-        worker = self.procs["worker"]
-        out = subprocess.run(["pgrep", "-P", str(worker.pid)], capture_output=True, text=True).stdout
-        return {int(pid) for pid in out.split()}
+    def log_text(self, name: str) -> str:
+        try:
+            return (self.log_dir / f"{name}.log").read_text(errors="replace")
+        except OSError:
+            return ""
+
+    # Processes ----------------------------------------------------------------------------
+
+    def web_argv(self) -> list[str]:
+        return uvicorn_argv(self.port, workers=self.web_workers, graceful_shutdown=self.graceful_shutdown)
+
+    def worker_argv(self, index: int) -> list[str]:
+        node = f"worker{index}-{self.queue}"
+        return celery_worker_argv(self.queue, node, concurrency=self.concurrency, heartbeat=self.worker_heartbeat)
+
+    def launch(self) -> None:
+        """Start the tool workers and the web process; return once the web answers."""
+        self.start_workers()
+        self.start_web()
+
+    def start_workers(self) -> None:
+        for index in range(self.workers):
+            self.start(f"worker{index}", self.worker_argv(index))
+
+    def start_web(self) -> subprocess.Popen[bytes]:
+        proc = self.start("web", self.web_argv())
+        wait_http(self.url, proc, self.log_dir / "web.log")
+        return proc
 
     def start(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
-        log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 (closed with the process)
-        proc = subprocess.Popen(
-            argv, cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        log.close()
-        self.procs[name] = proc
-        self.argv[name] = list(argv)
+        """Run ``argv`` as process ``name``, in a process group of its own, logging to ``<name>.log``."""
+        with self._lock:
+            log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 (closed with the process)
+            proc = subprocess.Popen(
+                argv, cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+            log.close()
+            self.procs[name] = proc
+            self.argv[name] = list(argv)
         return proc
 
     def crash(self, name: str) -> None:
@@ -211,22 +317,45 @@ class LiveStack:
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
 
-    def restart(self, name: str) -> subprocess.Popen[bytes]:
-        """Start ``name`` again with the same command (after ``crash``)."""
-        if self.procs[name].poll() is None:
-            kill_group(self.procs[name])
-        proc = self.start(name, self.argv[name])
+    def restart(self, name: str, sig: int = signal.SIGTERM, *, grace: float = 5.0) -> subprocess.Popen[bytes]:
+        """Stop ``name``'s process group with ``sig`` if it still runs (SIGKILL
+        after ``grace`` seconds, orphans included) and start the same command
+        again; a web process is waited for."""
+        with self._lock:
+            proc = self.procs[name]
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, sig)
+            kill_group(proc, grace=grace)
+            self.restarts[name] = self.restarts.get(name, 0) + 1
+            proc = self.start(name, self.argv[name])
         if name == "web":
             wait_http(self.url, proc, self.log_dir / "web.log")
         return proc
 
+    def worker_processes(self) -> dict[int, str]:
+        """Every live tool-worker process (main and pool children): pid -> ``<name>:main|child``."""
+        found: dict[int, str] = {}
+        with self._lock:
+            mains = {name: p for name, p in self.procs.items() if name.startswith("worker") and p.poll() is None}
+        for name, proc in mains.items():
+            found[proc.pid] = f"{name}:main"
+            for pid in child_pids(proc.pid):
+                found[pid] = f"{name}:child"
+        return found
+
+    def worker_pids(self) -> set[int]:
+        """The Celery pool processes (children of the worker main processes)."""
+        return {pid for pid, role in self.worker_processes().items() if role.endswith(":child")}
+
     def stop(self) -> None:
-        for proc in self.procs.values():  # all at once: shutdowns overlap
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGTERM)
-        for proc in self.procs.values():
-            kill_group(proc)
+        with self._lock:
+            for proc in self.procs.values():  # all at once: shutdowns overlap
+                if proc.poll() is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(proc.pid, signal.SIGTERM)
+            for proc in self.procs.values():
+                kill_group(proc)
 
 
 def admin_connect(database_url: str) -> psycopg.Connection[Any]:
@@ -295,6 +424,29 @@ def new_stack(
     return stack
 
 
+def launch_stack(
+    stack_type: type[Stack],
+    log_dir: Path,
+    *,
+    database_url: str,
+    redis_url: str,
+    settings: Mapping[str, str],
+    name: str,
+    **fields: Any,
+) -> Stack:
+    """``new_stack``, then its processes (``launch``); once the web answers it is
+    returned. On any failure what was started is torn down and the database dropped."""
+    stack = new_stack(
+        stack_type, log_dir, database_url=database_url, redis_url=redis_url, settings=settings, name=name, **fields
+    )
+    try:
+        stack.launch()
+    except BaseException:
+        teardown_stack(stack)
+        raise
+    return stack
+
+
 def start_stack(
     log_dir: Path,
     *,
@@ -303,73 +455,20 @@ def start_stack(
     settings: Mapping[str, str] | None = None,
     concurrency: int = 2,
 ) -> LiveStack:
-    """Create and migrate a database, start web and worker, wait until ready.
-
-    On any failure the parts already started are torn down again.
-    """
-    base_url = database_url or os.environ.get("DATABASE_URL", DEFAULT_DATABASE_URL)
-    broker = redis_url or os.environ.get("MCPTASKS_TEST_REDIS_URL", DEFAULT_REDIS_URL)
-    stack = new_stack(
+    """Create and migrate a database, start web and worker, wait until ready."""
+    return launch_stack(
         LiveStack,
         log_dir,
-        database_url=base_url,
-        redis_url=broker,
+        database_url=database_url or os.environ.get("DATABASE_URL", DEFAULT_DATABASE_URL),
+        redis_url=redis_url or os.environ.get("MCPTASKS_TEST_REDIS_URL", DEFAULT_REDIS_URL),
         settings={**LIVE_SETTINGS, **dict(settings or {})},
         name="live",
+        concurrency=concurrency,
     )
-    port, queue = stack.port, stack.queue
-    try:
-        web = stack.start(
-            "web",
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "project.asgi:application",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--log-level",
-                "warning",
-                "--lifespan",
-                "off",
-                "--timeout-graceful-shutdown",
-                "2",
-            ],
-        )
-        stack.start(
-            "worker",
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "project",
-                "worker",
-                "-Q",
-                queue,
-                "-n",
-                f"{queue}@%h",
-                "--concurrency",
-                str(concurrency),
-                "--pool",
-                "prefork",
-                "--loglevel",
-                "WARNING",
-                "--without-gossip",
-                "--without-mingle",
-            ],
-        )
-        wait_http(stack.url, web, log_dir / "web.log")
-    except BaseException:
-        stack.stop()
-        drop_database(base_url, stack.db_name)
-        raise
-    return stack
 
 
 def teardown_stack(stack: LiveStack) -> None:
+    """Stop the processes and drop the stack's database."""
     stack.stop()
     base = with_database(stack.database_url, "postgres")
     drop_database(base, stack.db_name)
