@@ -77,9 +77,11 @@ def create_task(
     )
     actor = client_actor(owner)
     detail = {"tool": tool_name, "era": era}
-    if not (sql.single_statement() and not answered and _insert_created_sql(task, actor, detail)):
+    one_statement = sql.single_statement() and not answered
+    if not (one_statement and _insert_created_sql(task, actor, detail)):
         with transaction.atomic():
-            quota.take_place(owner)
+            # The one statement declines only near the limit.
+            quota.take_place(owner, near_the_limit=one_statement)
             task.save(force_insert=True)
             if answered:
                 InputRequest.objects.bulk_create(

@@ -54,10 +54,11 @@ def active_count(owner: str) -> int:
     return ActiveTaskCount.objects.filter(owner=owner).aggregate(n=Sum("active"))["n"] or 0
 
 
-def take_place(owner: str) -> None:
+def take_place(owner: str, *, near_the_limit: bool = False) -> None:
     """Count a new active task of ``owner``, or raise ``TooManyActiveTasks``
     when ``MAX_ACTIVE_TASKS_PER_OWNER`` are active already. Inside the
-    creation's transaction.
+    creation's transaction. ``near_the_limit``: the caller has just seen the
+    count too close to the limit to share the lock (no need to read it twice).
 
     On Postgres every creation holds a transaction-scoped advisory lock on its
     owner, in one mode only (never upgraded, so never a deadlock). Far below
@@ -69,7 +70,9 @@ def take_place(owner: str) -> None:
     if limit is not None:
         shared = False
         if connection.vendor == "postgresql":
-            shared = limit > QUOTA_LOCK_MARGIN and active_count(owner) < limit - QUOTA_LOCK_MARGIN
+            shared = (
+                not near_the_limit and limit > QUOTA_LOCK_MARGIN and active_count(owner) < limit - QUOTA_LOCK_MARGIN
+            )
             function = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"
             with connection.cursor() as cursor:
                 cursor.execute(f"SELECT {function}(hashtextextended(%s, 0))", [quota_lock_key(owner)])
