@@ -112,13 +112,12 @@ def slot_ctes(source: str, delta: int, name: str) -> str:
     """
     table = sql.tables()["count"]
     return (
-        f"{name}_free AS (SELECT id FROM {table} WHERE owner = (SELECT owner FROM {source})"
-        f" LIMIT 1 FOR UPDATE SKIP LOCKED), "
-        f"{name}_kept AS (UPDATE {table} AS slot SET active = slot.active + {int(delta)}"
-        f" FROM {name}_free WHERE slot.id = {name}_free.id RETURNING slot.owner), "
+        f"{name}_kept AS (UPDATE {table} SET active = active + {int(delta)} WHERE id = ("
+        f"SELECT id FROM {table} WHERE owner = (SELECT owner FROM {source}) LIMIT 1 FOR UPDATE SKIP LOCKED"
+        f") RETURNING owner), "
         f"{name}_added AS (INSERT INTO {table} (owner, slot, active)"
         f" SELECT owner, mod(txid_current(), 2147483647)::int, {int(delta)} FROM {source}"
-        f" WHERE NOT EXISTS (SELECT 1 FROM {name}_free)"
+        f" WHERE NOT EXISTS (SELECT 1 FROM {name}_kept)"
         f" ON CONFLICT (owner, slot) DO UPDATE SET active = {table}.active + EXCLUDED.active RETURNING owner), "
         f"{name} AS (SELECT owner FROM {name}_kept UNION ALL SELECT owner FROM {name}_added)"
     )
