@@ -126,6 +126,8 @@ def slot_ctes(source: str, delta: int, name: str) -> str:
 #: How long the reconcile waits for the writers in flight before it gives up
 #: until the next purge: writers that arrive meanwhile queue behind it.
 RECONCILE_LOCK_TIMEOUT_MS = 200
+#: Postgres's SQLSTATE for a lock timeout.
+LOCK_NOT_AVAILABLE = "55P03"
 
 
 def reconcile() -> int:
@@ -142,8 +144,8 @@ def reconcile() -> int:
     """
     try:
         return _reconcile()
-    except OperationalError:
-        if connection.vendor != "postgresql":
+    except OperationalError as exc:
+        if getattr(exc.__cause__, "sqlstate", None) != LOCK_NOT_AVAILABLE:
             raise
         logger.info("active task counts not reconciled: a writer held them past the lock timeout")
         return 0
@@ -155,6 +157,8 @@ def _reconcile() -> int:
             with connection.cursor() as cursor:
                 cursor.execute(f"SET LOCAL lock_timeout = {int(RECONCILE_LOCK_TIMEOUT_MS)}")
                 cursor.execute(f"LOCK TABLE {sql.tables()['count']} IN EXCLUSIVE MODE")
+                # Only the lock waits this little: not the rest of a caller's transaction.
+                cursor.execute("SET LOCAL lock_timeout TO DEFAULT")
         counted = dict(
             Task.objects.filter(status__in=ACTIVE_STATUSES)
             .order_by()
