@@ -159,7 +159,7 @@ class Task(models.Model):
         indexes = [
             # tasks/list (legacy) and the admin: one owner's tasks, newest first.
             models.Index(fields=["owner", "-created_at", "id"], name="mcptasks_owner_created"),
-            # The per-owner quota of active tasks, counted on every creation.
+            # The per-owner quota's reconcile (``ActiveTaskCount``): one owner's active tasks.
             models.Index(
                 fields=["owner"],
                 name="mcptasks_owner_active",
@@ -201,6 +201,29 @@ class Task(models.Model):
     @property
     def is_terminal(self) -> bool:
         return self.status in TERMINAL_STATUSES
+
+
+class ActiveTaskCount(models.Model):
+    """One slot of an owner's count of active (working or waiting) tasks.
+
+    The owner's count is the sum of its slots: a creation adds one to a slot
+    and a move to a terminal status takes one away, in the task's own
+    statement or transaction (``mcptasks.tasks.quota``). Several slots let one
+    owner's writers proceed without waiting for each other's commits, so a
+    single slot may go below zero; only the sum means anything.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    owner = models.CharField(max_length=255)
+    #: 0 on the ORM path; on Postgres, from the id of the transaction that added it.
+    slot = models.IntegerField(default=0)
+    active = models.IntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["owner", "slot"], name="mcptasks_active_count_slot")]
+
+    def __str__(self) -> str:
+        return f"{self.owner} slot {self.slot}: {self.active:+d}"
 
 
 class InputRequestState(models.TextChoices):

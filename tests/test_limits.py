@@ -267,6 +267,8 @@ def _active_tasks(owner: str, count: int) -> None:
         Task(owner=owner, tool_name="slow_compute", status=TaskStatus.WORKING, created_at=now, updated_at=now)
         for _ in range(count)
     )
+    # Written around the lifecycle: recount them, as the purge's reconcile would.
+    lifecycle.reconcile()
 
 
 def _create_in_open_transaction(owner: str, created: threading.Event, release: threading.Event) -> None:

@@ -1,8 +1,8 @@
 """Creating a task, within the per-owner quota of active tasks.
 
-The Postgres path inserts the task and its ``created`` event in one
-statement (``_insert_created_sql``); the ORM path (``create_task``'s
-fallback) does the same in a transaction.
+The Postgres path counts the task in its owner's quota (``quota``), inserts
+it and its ``created`` event in one statement (``_insert_created_sql``); the
+ORM path (``create_task``'s fallback) does the same in a transaction.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from django.utils import timezone
 
 from .. import signals
 from ..conf import settings
-from ..models import ACTIVE_STATUSES, Era, InputRequest, InputRequestState, Task, TaskEvent, TaskStatus
-from . import sql
+from ..models import Era, InputRequest, InputRequestState, Task, TaskEvent, TaskStatus
+from . import quota, sql
 from .dispatch import enqueue_after_commit
 from .events import EventKind, announce, client_actor, record_event
 
@@ -77,9 +77,11 @@ def create_task(
     )
     actor = client_actor(owner)
     detail = {"tool": tool_name, "era": era}
-    if not (sql.single_statement() and not answered and _insert_created_sql(task, actor, detail)):
+    one_statement = sql.single_statement() and not answered
+    if not (one_statement and _insert_created_sql(task, actor, detail)):
         with transaction.atomic():
-            _check_active_quota(owner)
+            # The one statement declines only near the limit.
+            quota.take_place(owner, near_the_limit=one_statement)
             task.save(force_insert=True)
             if answered:
                 InputRequest.objects.bulk_create(
@@ -102,104 +104,56 @@ def create_task(
     return task
 
 
-class TooManyActiveTasks(Exception):
-    def __init__(self, limit: int) -> None:
-        super().__init__(f"Too many active tasks: at most {limit} may be working or waiting at once")
-        self.limit = limit
-
-
-#: How far below the quota an owner's count must be for a creation to share
-#: the per-owner lock instead of taking it alone. Sharers run side by side, so
-#: the quota stays exact while fewer than this many creations of one owner are
-#: in flight at once (a web process runs at most ``WEB_THREADS``).
-QUOTA_LOCK_MARGIN = 256
-
-
-def _check_active_quota(owner: str) -> None:
-    """``MAX_ACTIVE_TASKS_PER_OWNER``, exact under concurrency.
-
-    On Postgres every creation holds a transaction-scoped advisory lock on
-    its owner, in one mode only (never upgraded, so never a deadlock). Far
-    below the limit it is shared, so one owner's creations do not wait for
-    each other's commits. Near it, the lock is exclusive, which waits for
-    every creation in flight to commit, and the count is taken again under it.
-    """
-    limit = settings.MAX_ACTIVE_TASKS_PER_OWNER
-    if limit is None:
-        return
-    if connection.vendor == "postgresql":
-        shared = _far_below_quota(owner, limit)
-        function = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"
-        with connection.cursor() as cursor:
-            cursor.execute(f"SELECT {function}(hashtextextended(%s, 0))", [_quota_lock_key(owner)])
-        if shared:
-            return
-    if Task.objects.filter(owner=owner, status__in=ACTIVE_STATUSES).count() >= limit:
-        raise TooManyActiveTasks(limit)
-
-
-def _far_below_quota(owner: str, limit: int) -> bool:
-    """Whether ``owner`` is far enough below ``limit`` for a creation to take
-    the quota lock shared (Postgres), from a count taken without the lock."""
-    if limit <= QUOTA_LOCK_MARGIN:
-        return False
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT count(*) FROM {sql.tables()['task']} WHERE owner = %s AND status = ANY(%s)",
-            [owner, list(ACTIVE_STATUSES)],
-        )
-        (active,) = cursor.fetchone()
-    return active < limit - QUOTA_LOCK_MARGIN
-
-
-def _quota_lock_key(owner: str) -> str:
-    return f"mcptasks:{owner}"
-
-
 def _insert_created_sql(task: Task, actor: str, detail: Mapping[str, Any]) -> bool:
-    """Insert a new task and its ``created`` event in one statement (its own
-    transaction, or the caller's). Returns ``False``, having done nothing,
-    when the owner is near its quota: the caller then takes the exclusive
-    path of ``_check_active_quota``.
+    """Count the task in its owner's quota, insert it and its ``created``
+    event, in one statement (its own transaction, or the caller's). Returns
+    ``False``, having done nothing, when the owner is near its quota: the
+    caller then takes the exclusive path of ``quota.take_place``.
 
     Far below the quota the statement takes the owner's lock shared, as
-    ``_check_active_quota`` does, and holds it until it commits, so an
-    exclusive checker still waits for this creation before it counts.
+    ``take_place`` does, and holds it until it commits, so an exclusive
+    checker still waits for this creation before it reads the count.
     """
     limit = settings.MAX_ACTIVE_TASKS_PER_OWNER
     params: list[Any] = []
-    lock = False
     if limit is not None:
-        if not _far_below_quota(task.owner, limit):
+        if limit <= quota.QUOTA_LOCK_MARGIN:
             return False
-        lock = True
-        params.append(_quota_lock_key(task.owner))
+        params += [task.owner, task.owner, quota.quota_lock_key(task.owner), limit - quota.QUOTA_LOCK_MARGIN]
+    else:
+        params.append(task.owner)
     fields = Task._meta.concrete_fields
     params += [f.get_db_prep_save(f.pre_save(task, add=True), connection) for f in fields]
-    statement = _created_sql(with_quota_lock=lock, alias=connection.alias)
     params += [task.created_at, task.status, actor, sql.db_value(TaskEvent, "detail", dict(detail))]
     with connection.cursor() as cursor:
-        cursor.execute(statement, params)
+        cursor.execute(_created_sql(with_quota=limit is not None, alias=connection.alias), params)
+        if cursor.rowcount != 1:
+            return False
     task._state.adding = False
     task._state.db = connection.alias
     return True
 
 
 @functools.cache
-def _created_sql(*, with_quota_lock: bool, alias: str) -> str:
-    """The task's INSERT and its ``created`` event, as one statement;
-    optionally taking the owner's quota lock shared first. Cached per
-    database alias: quoting is the connection's."""
+def _created_sql(*, with_quota: bool, alias: str) -> str:
+    """The owner's count, the task's INSERT and its ``created`` event, as one
+    statement. With the quota, only while the count is far below it, and
+    under the owner's quota lock taken shared. Cached per database alias:
+    quoting is the connection's."""
     t = sql.tables()
     names, columns = sql.task_columns()
     placeholders = ", ".join(["%s"] * len(names))
-    if with_quota_lock:
-        head = "WITH quota AS MATERIALIZED (SELECT pg_advisory_xact_lock_shared(hashtextextended(%s, 0))), "
-        source = f"SELECT {placeholders} FROM quota"
+    if with_quota:
+        gate = (
+            f"total AS (SELECT coalesce(sum(active), 0) AS n FROM {t['count']} WHERE owner = %s), "
+            "gate AS MATERIALIZED (SELECT %s::varchar AS owner, pg_advisory_xact_lock_shared(hashtextextended(%s, 0))"
+            " FROM total WHERE n < %s)"
+        )
     else:
-        head, source = "WITH ", f"VALUES ({placeholders})"
+        gate = "gate AS (SELECT %s::varchar AS owner)"
     return (
-        f"{head}created AS (INSERT INTO {t['task']} ({columns}) {source} RETURNING id) "
+        f"WITH {gate}, {quota.slot_ctes('gate', 1, 'counted')}, "
+        f"created AS (INSERT INTO {t['task']} ({columns}) SELECT {placeholders} FROM counted RETURNING id) "
         f"INSERT INTO {t['event']} ({sql.event_columns()}) "
         f"SELECT id, %s, '{EventKind.CREATED}', '', %s, %s, %s FROM created"
     )

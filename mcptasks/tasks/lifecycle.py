@@ -4,17 +4,19 @@ Views, the admin, management commands and workers all call these. Each
 successful change writes a ``TaskEvent`` and, once committed, sends
 ``signals.task_changed`` and logs a structured line (see ``events``).
 
-The code lives by concern: ``creation`` (with the per-owner quota),
-``transitions`` (the guarded status changes), ``runs`` (a worker's lease),
-``maintenance`` (sweeper and purge) and ``operator`` (retry and audit).
+The code lives by concern: ``creation``, ``quota`` (the per-owner count of
+active tasks), ``transitions`` (the guarded status changes), ``runs`` (a
+worker's lease), ``maintenance`` (sweeper, purge and the counts' reconcile)
+and ``operator`` (retry and audit).
 """
 
 from __future__ import annotations
 
-from .creation import QUOTA_LOCK_MARGIN, Answer, TooManyActiveTasks, clamp_ttl, create_task
+from .creation import Answer, clamp_ttl, create_task
 from .events import SYSTEM, EventKind, client_actor, operator_actor, worker_actor
 from .maintenance import REDISPATCH_BACKOFF_MAX_FACTOR, SweepReport, expire_now, purge_expired, sweep
 from .operator import RETRYABLE_STATUSES, audit_logger, note_result_retrieved, retry, retry_refusal
+from .quota import QUOTA_LOCK_MARGIN, TooManyActiveTasks, reconcile
 from .runs import Run, claim, heartbeat, release, set_status_message, start_run
 from .transitions import cancel, complete, fail, finish_run, request_input, submit_input
 
@@ -42,6 +44,7 @@ __all__ = [
     "note_result_retrieved",
     "operator_actor",
     "purge_expired",
+    "reconcile",
     "release",
     "request_input",
     "retry",

@@ -1,6 +1,6 @@
 """Maintenance: the sweeper that recovers lost runs, the purge of expired
-tasks (one statement on Postgres, beside its ORM twin), and expiring a task
-at once."""
+tasks (one statement on Postgres, beside its ORM twin) with the reconcile of
+the per-owner active counts, and expiring a task at once."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from django.utils import timezone
 from ..conf import settings
 from ..errors import INTERNAL_ERROR
 from ..models import ACTIVE_STATUSES, TERMINAL_STATUSES, InputRequest, Task, TaskEvent, TaskStatus
-from . import dispatch, sql
+from . import dispatch, quota, sql
 from .events import SYSTEM, EventKind, record_event
 from .transitions import cancel_in_transaction, fail
 
@@ -118,7 +118,11 @@ def _unclaimed_due(now: datetime, limit: int) -> list[tuple[str, int]]:
 
 def purge_expired(*, batch_size: int | None = None, dry_run: bool = False, max_batches: int | None = None) -> int:
     """Delete terminal tasks past their TTL, a batch at a time so that polls
-    never wait on a long delete. A running task is never expired."""
+    never wait on a long delete. A running task is never expired.
+
+    Then ``quota.reconcile`` recounts each owner's active tasks: it folds the
+    slots concurrent writers added and corrects any drift from writes made
+    outside ``mcptasks.tasks`` (one grouped count of the active tasks)."""
     size = batch_size or settings.PURGE_BATCH_SIZE
     expired = Task.objects.filter(status__in=TERMINAL_STATUSES, expires_at__lt=timezone.now())
     if dry_run:
@@ -135,6 +139,7 @@ def purge_expired(*, batch_size: int | None = None, dry_run: bool = False, max_b
         batches += 1
         if deleted == size and settings.PURGE_PAUSE_SECONDS:
             time.sleep(settings.PURGE_PAUSE_SECONDS)
+    quota.reconcile()
     return total
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from django.db import connection, connections, models
 
-from ..models import InputRequest, Task, TaskEvent
+from ..models import ActiveTaskCount, InputRequest, Task, TaskEvent
 
 
 def single_statement() -> bool:
@@ -53,6 +53,7 @@ def _tables(alias: str) -> dict[str, str]:
         "task": quote(Task._meta.db_table),
         "event": quote(TaskEvent._meta.db_table),
         "input": quote(InputRequest._meta.db_table),
+        "count": quote(ActiveTaskCount._meta.db_table),
     }
 
 

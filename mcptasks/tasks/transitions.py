@@ -5,7 +5,9 @@ locks the row (Postgres), and updates it only if the status is still one of
 them. A terminal status is final. So a worker finishing while a cancel arrives,
 or two answers racing, can never break ``working <-> input_required ->
 completed | failed | cancelled``. A run's finish on Postgres is one statement
-(``_finish_run_sql``) beside its ORM twin (``_transition``).
+(``_finish_run_sql``) beside its ORM twin (``_transition``). A move from an
+active status to a terminal one takes the task out of its owner's count
+(``quota``) in the same statement or transaction.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from django.utils import timezone
 
 from ..models import ACTIVE_STATUSES, TERMINAL_STATUSES, InputRequest, InputRequestState, Task, TaskEvent, TaskStatus
 from ..tools.context import validate_input_response
-from . import sql
+from . import quota, sql
 from .dispatch import enqueue_after_commit
 from .events import EventKind, announce, record_event, worker_actor
 
@@ -41,9 +43,10 @@ def _transition(
     """
     allowed = tuple(allowed_from)
     qs = Task.objects.select_for_update().filter(pk=task_id)
-    current = qs.values_list("status", flat=True).first()
-    if current is None or current not in allowed:
+    row = qs.values_list("status", "owner").first()
+    if row is None or row[0] not in allowed:
         return False
+    current, owner = row
     now = timezone.now()
     update = Task.objects.filter(pk=task_id, status=current)
     if extra_filter is not None:
@@ -52,6 +55,8 @@ def _transition(
     if not changed:
         return False
     record_event(task_id, kind, actor, now=now, from_status=current, to_status=to, detail=detail)
+    if to in TERMINAL_STATUSES and current in ACTIVE_STATUSES:
+        quota.adjust(owner, -1)
     if to in TERMINAL_STATUSES and current == TaskStatus.INPUT_REQUIRED:
         # Questions are pending only while the task waits (request_input
         # records them in the same transaction as the move to input_required).
@@ -111,7 +116,7 @@ def _finish_run_sql(task_id: str, *, to: str, worker: str, fields: Mapping[str, 
         ), recorded AS (
             INSERT INTO {t["event"]} ({sql.event_columns()})
             SELECT id, %s, '{EventKind.TRANSITION}', %s, status, %s, %s FROM finished
-        )
+        ), {quota.slot_ctes("finished", -1, "uncounted")}
         SELECT * FROM finished
     """
     params = [to, now, *values, task_id, TaskStatus.WORKING, worker, now, TaskStatus.WORKING, actor]
