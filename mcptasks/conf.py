@@ -101,6 +101,9 @@ class MCPTasksSettings:
     #: Threads per web process for the endpoint's database work (each keeps
     #: one database connection).
     WEB_THREADS: int = 8
+    #: Database connections per web process for polls served on the event
+    #: loop (a poll holds one for a single SELECT, so a few go a long way).
+    POLL_CONNECTIONS: int = 4
     #: Threads per web process for tools that run inline (within tools/call).
     INLINE_TOOL_THREADS: int = 32
     #: Celery queue for tool runs.

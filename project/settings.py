@@ -166,6 +166,7 @@ MCPTASKS = {
     "MAX_ATTEMPTS": env.int("MCP_MAX_ATTEMPTS", default=3),
     "CELERY_QUEUE": env("MCP_CELERY_QUEUE", default=None),
     "WEB_THREADS": env.int("MCP_WEB_THREADS", default=8),
+    "POLL_CONNECTIONS": env.int("MCP_POLL_CONNECTIONS", default=4),
     "PURGE_PAUSE_SECONDS": env.float("MCP_PURGE_PAUSE_SECONDS", default=0.02),
     # Abuse limits; "0" turns the poll throttle off (benchmarks do).
     "POLL_BURST": env.int("MCP_POLL_BURST", default=10) or None,

@@ -181,7 +181,7 @@ def test_a_revoked_token_is_refused_once_its_cached_identity_expires(settings, l
 
 
 @postgres_only
-def test_the_loop_reconnects_after_losing_its_connection(loop_served, redis_poll_throttle):
+def test_the_loop_reconnects_after_losing_its_connection(loop_served, redis_poll_throttle, monkeypatch):
     """A pooled connection that died (a database restart) costs one poll on a
     thread, with the same answer; the next poll is on the loop again."""
     import asyncio
@@ -196,6 +196,7 @@ def test_the_loop_reconnects_after_losing_its_connection(loop_served, redis_poll
 
     task = running_task(owner="anonymous")
     assert AsgiRpc().tasks_get(task.id).ok  # the caller, identified on a thread
+    monkeypatch.setitem(connection.settings_dict, "CONN_MAX_AGE", 60)  # for the loop's pool, made next
     params = {"taskId": task.id, "_meta": build_meta()}
     body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": params}).encode()
     headers = build_headers("tasks/get", params)
@@ -213,6 +214,9 @@ def test_the_loop_reconnects_after_losing_its_connection(loop_served, redis_poll
     async def polls() -> list[tuple[int, Any]]:
         app = mcp_router(get_asgi_application(), path="/mcp")
         replies = [await apost(app, body, headers)]
+        # The loop's pool, made by that poll, keeps its connections; threads
+        # go back to a connection per request, so only the loop's is lost.
+        connection.settings_dict["CONN_MAX_AGE"] = 0
         await asyncio.to_thread(end_other_sessions)
         replies += [await apost(app, body, headers), await apost(app, body, headers)]
         return [(status, json.loads(raw)) for status, _, raw in replies]
@@ -224,3 +228,41 @@ def test_the_loop_reconnects_after_losing_its_connection(loop_served, redis_poll
     assert [status for status, _ in replies] == [200, 200, 200]
     assert replies[0][1] == replies[1][1] == replies[2][1]
     assert loop_served == [200, 200], "the second poll went to a thread, the third reconnected on the loop"
+
+
+@postgres_only
+def test_the_loop_keeps_no_connection_past_conn_max_age(loop_served, redis_poll_throttle, monkeypatch):
+    """With ``CONN_MAX_AGE = 0`` (Django's default) a poll on the loop closes
+    its connection after the read, as Django closes a request's."""
+    import asyncio
+    import json
+
+    from django.core.asgi import get_asgi_application
+    from django.db import connection
+
+    from mcptasks.tasks import loop_reads
+    from mcptasks.web.asgi import mcp_router
+    from tests.support.asgi import apost
+    from tests.support.rpc import build_headers, build_meta
+
+    monkeypatch.setitem(connection.settings_dict, "CONN_MAX_AGE", 0)
+    loop_reads.close_pools()  # what earlier tests' loops kept
+    task = running_task(owner="anonymous")
+    assert AsgiRpc().tasks_get(task.id).ok  # the caller, identified on a thread
+    params = {"taskId": task.id, "_meta": build_meta()}
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": params}).encode()
+
+    def sessions() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()")
+            return cursor.fetchone()[0]
+
+    async def polls() -> list[int]:
+        app = mcp_router(get_asgi_application(), path="/mcp")
+        before = await asyncio.to_thread(sessions)
+        statuses = [(await apost(app, body, build_headers("tasks/get", params)))[0] for _ in range(3)]
+        assert await asyncio.to_thread(sessions) == before, "no connection left open by the loop"
+        return statuses
+
+    assert asyncio.run(polls()) == [200, 200, 200]
+    assert loop_served == [200, 200, 200]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import weakref
 from typing import Any
 
@@ -38,23 +39,27 @@ def available() -> bool:
 
 
 class _Pool:
-    """Idle connections of one event loop, at most ``size`` in use at once."""
+    """Idle connections of one event loop, at most ``size`` open at once, each
+    kept no longer than the alias's ``CONN_MAX_AGE`` (as Django keeps its own)."""
 
     def __init__(self, alias: str, size: int) -> None:
-        params = connections[alias].get_connection_params()
+        connection = connections[alias]
+        params = connection.get_connection_params()
         params.pop("cursor_factory", None)  # Django's is synchronous
         self.params = params
-        self.idle: list[Any] = []
-        self.slots = asyncio.Semaphore(size)
+        self.max_age: float | None = connection.settings_dict.get("CONN_MAX_AGE", 0)
+        self.idle: list[tuple[Any, float]] = []
+        self.slots = asyncio.Semaphore(max(1, size))
 
     async def fetchone(self, sql: str, args: list[Any]) -> Any:
         import psycopg
 
         async with self.slots:
-            conn = self.idle.pop() if self.idle else None
+            conn, opened = self.idle.pop() if self.idle else (None, 0.0)
             try:
                 if conn is None or conn.closed:
                     conn = await psycopg.AsyncConnection.connect(**self.params, autocommit=True)
+                    opened = time.monotonic()
                 async with conn.cursor() as cursor:
                     await cursor.execute(sql, args)
                     row = await cursor.fetchone()
@@ -62,12 +67,15 @@ class _Pool:
                 if conn is not None:
                     _finish(conn)
                 raise NotOnLoop("the task store failed on the event loop") from exc
-            self.idle.append(conn)
+            if self.max_age is not None and time.monotonic() - opened >= self.max_age:
+                _finish(conn)  # past CONN_MAX_AGE (0: a connection per poll, as Django would)
+            else:
+                self.idle.append((conn, opened))
             return row
 
     def close(self) -> None:
         while self.idle:
-            _finish(self.idle.pop())
+            _finish(self.idle.pop()[0])
 
 
 def _finish(conn: Any) -> None:
@@ -85,7 +93,7 @@ def _pool() -> _Pool:
     if pool is None:
         for other in [other for other in list(_pools) if other.is_closed()]:
             _pools.pop(other).close()  # a loop that ended (tests run one per request)
-        pool = _pools[loop] = _Pool(Task.objects.db, settings.WEB_THREADS)
+        pool = _pools[loop] = _Pool(Task.objects.db, settings.POLL_CONNECTIONS)
     return pool
 
 
