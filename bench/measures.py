@@ -202,7 +202,9 @@ def pgbench(bench: Bench, cfg: Config) -> dict[str, Any]:
     secs = str(int(cfg.pgbench_seconds))
 
     def bench_run(argv: list[str]) -> dict[str, Any]:
-        out = subprocess.run(["pgbench", "-n", *argv, "-T", secs, conn], check=True, capture_output=True, text=True)
+        out = subprocess.run(["pgbench", "-n", *argv, "-T", secs, conn], capture_output=True, text=True)
+        if out.returncode != 0:
+            raise RuntimeError(f"pgbench {' '.join(argv)} failed: {out.stderr.strip()[-500:]}")
         m = re.search(r"tps = ([\d.]+) \(without initial connection time\)", out.stdout)
         lat = re.search(r"latency average = ([\d.]+) ms", out.stdout)
         return {"tps": float(m.group(1)) if m else 0.0, "latency_ms": float(lat.group(1)) if lat else None}

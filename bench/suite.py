@@ -174,6 +174,11 @@ def main() -> None:
         bench.make_token()
         results["database"] = database_settings(bench)
         log(f"mcptasks database settings: {results['database']}")
+        if "pgbench" not in skip:
+            # Before the stacks start: their connections would leave pgbench's
+            # 32 clients too few of Postgres's max_connections.
+            results["pgbench"] = measures.pgbench(bench, cfg)
+            log(f"pgbench -S: {results['pgbench']}")
         bench.start_mcp_workers(2, pool=args.mcp_worker_pool, threads=args.mcp_worker_threads)
         for n in mcp_names:
             bench.start_mcp_web(n)
@@ -202,9 +207,6 @@ def main() -> None:
                 results["records"] += measures.p1(bench, cfg, pair, seeds, floors=False)
             if "sweeps" not in skip:
                 results["records"] += measures.p1_sweep(bench, cfg, contenders, seeds)
-        if "pgbench" not in skip:
-            results["pgbench"] = measures.pgbench(bench, cfg)
-            log(f"pgbench -S: {results['pgbench']}")
 
         if "profile" not in skip and not cfg.quick:
             try:  # the polls, while the seeded tasks still work
