@@ -202,6 +202,25 @@ def redis_poll_throttle(settings: Any) -> Iterator[str]:
     admin.close()
 
 
+@pytest.fixture
+def loop_served(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The statuses of the responses the ASGI route's event loop served (the
+    rest went to a thread)."""
+    from mcptasks.web import asgi
+
+    served: list[int] = []
+    poll_on_loop = asgi._poll_on_loop
+
+    async def counted(scope: Any, body: bytes) -> Any:
+        response = await poll_on_loop(scope, body)
+        if response is not None:
+            served.append(response.status_code)
+        return response
+
+    monkeypatch.setattr(asgi, "_poll_on_loop", counted)
+    return served
+
+
 @pytest.fixture(params=["thread", "loop"])
 def poll_rpc(request: Any, rpc: DjangoRpc, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     """A modern-wire client for tests of tasks/get, once per path a poll can
@@ -215,19 +234,9 @@ def poll_rpc(request: Any, rpc: DjangoRpc, monkeypatch: pytest.MonkeyPatch) -> I
     if connection.vendor != "postgresql":
         pytest.skip("polls are served on the event loop from Postgres only")
     request.getfixturevalue("redis_poll_throttle")
-    from mcptasks.web import asgi
     from tests.support.asgi import AsgiRpc
 
-    served: list[int] = []
-    poll_on_loop = asgi._poll_on_loop
-
-    async def counted(scope: Any, body: bytes) -> Any:
-        response = await poll_on_loop(scope, body)
-        if response is not None:
-            served.append(response.status_code)
-        return response
-
-    monkeypatch.setattr(asgi, "_poll_on_loop", counted)
+    served = request.getfixturevalue("loop_served")
     client = AsgiRpc()
     client.request("server/discover")  # identifies the caller once, on a thread
     polls = client.polls_sent

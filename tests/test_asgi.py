@@ -57,24 +57,6 @@ def test_a_poll_through_the_asgi_route(request, path, loop_served):
 # Polls on the event loop -------------------------------------------------------------------
 
 
-@pytest.fixture
-def loop_served(monkeypatch) -> list[int]:
-    """The statuses of the responses the event loop served (the rest went to a thread)."""
-    from mcptasks.web import asgi
-
-    served: list[int] = []
-    poll_on_loop = asgi._poll_on_loop
-
-    async def counted(scope: Any, body: bytes) -> Any:
-        response = await poll_on_loop(scope, body)
-        if response is not None:
-            served.append(response.status_code)
-        return response
-
-    monkeypatch.setattr(asgi, "_poll_on_loop", counted)
-    return served
-
-
 def on_postgres() -> bool:
     from django.db import connection
 

@@ -536,25 +536,13 @@ def test_authorization_requests_need_pkce_s256(client, django_user_model, client
 
 
 @pytest.fixture
-def loop_polls(settings, monkeypatch, redis_poll_throttle) -> list[int]:
+def loop_polls(settings, redis_poll_throttle, request) -> list[int]:
     """Statuses of the polls the event loop served; skipped off Postgres."""
     from django.db import connection
 
-    from mcptasks.web import asgi
-
     if connection.vendor != "postgresql":
         pytest.skip("polls are served on the event loop from Postgres only")
-    served: list[int] = []
-    poll_on_loop = asgi._poll_on_loop
-
-    async def counted(scope: Any, body: bytes) -> Any:
-        response = await poll_on_loop(scope, body)
-        if response is not None:
-            served.append(response.status_code)
-        return response
-
-    monkeypatch.setattr(asgi, "_poll_on_loop", counted)
-    return served
+    return request.getfixturevalue("loop_served")
 
 
 def test_cached_oauth_callers_keep_their_scope_checks(issue, signed_in_only, loop_polls):
