@@ -4,9 +4,11 @@ both paths, under concurrency, and recounted by the purge's reconcile."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import threading
 import time
+from collections.abc import Iterator
 from datetime import timedelta
 from types import SimpleNamespace
 
@@ -141,6 +143,32 @@ def _in_thread(work, errors: list[BaseException]) -> None:
         connection.close()
 
 
+@contextlib.contextmanager
+def creation_held_open(owner: str) -> Iterator[None]:
+    """A creation of ``owner`` inside a transaction on another thread, left
+    open until the block ends (then committed, with no error)."""
+    from django.db import transaction
+
+    created, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with transaction.atomic():
+            make_task(owner=owner)
+            created.set()
+            release.wait(30)
+
+    errors: list[BaseException] = []
+    holder = threading.Thread(target=_in_thread, args=(hold, errors))
+    holder.start()
+    try:
+        assert created.wait(10)
+        yield
+    finally:
+        release.set()
+        holder.join(30)
+    assert errors == []
+
+
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.usefixtures("transition_paths")
 @pytest.mark.parametrize("limit", [None, 40])
@@ -186,31 +214,13 @@ def test_the_count_is_exact_under_concurrent_creations_and_ends(limit, quota_lim
 def test_a_finish_does_not_wait_for_a_creation_of_its_owner_in_flight(quota_limit):
     """A creation whose transaction is still open holds one of its owner's
     slots; a finish (and another creation) of that owner take another."""
-    from django.db import transaction
-
     quota_limit(None)
     task = running_task(owner="busy")
-    created, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with transaction.atomic():
-            make_task(owner="busy")
-            created.set()
-            release.wait(30)
-
-    errors: list[BaseException] = []
-    holder = threading.Thread(target=_in_thread, args=(hold, errors))
-    holder.start()
-    try:
-        assert created.wait(10)
+    with creation_held_open("busy"):
         started = time.monotonic()
         assert lifecycle.complete(task.id, {"content": []}, worker=WORKER)
         make_task(owner="busy")
         assert time.monotonic() - started < 2, "a write waited for a creation's commit"
-    finally:
-        release.set()
-        holder.join(30)
-    assert errors == []
     assert_counted("busy")
 
 
@@ -220,32 +230,14 @@ def test_the_reconcile_skips_a_round_rather_than_wait_for_a_long_transaction(quo
     """A creation in a transaction left open holds its owner's slot: the
     reconcile gives up after its lock timeout instead of queueing every
     other writer behind it, and the next one recounts."""
-    from django.db import transaction
-
     quota_limit(None)
-    created, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with transaction.atomic():
-            make_task(owner="slow")
-            created.set()
-            release.wait(30)
-
-    errors: list[BaseException] = []
-    holder = threading.Thread(target=_in_thread, args=(hold, errors))
-    holder.start()
-    try:
-        assert created.wait(10)
+    with creation_held_open("slow"):
         ActiveTaskCount.objects.create(owner="off", slot=0, active=4)
         started = time.monotonic()
         assert quota.reconcile() == 0
         assert time.monotonic() - started < 2
         assert quota.active_count("off") == 4, "skipped: nothing changed"
         make_task(owner="other")
-    finally:
-        release.set()
-        holder.join(30)
-    assert errors == []
     assert quota.reconcile() == 1
     assert_counted("slow", "off", "other")
 
