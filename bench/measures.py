@@ -215,6 +215,7 @@ def pgbench(bench: Bench, cfg: Config) -> dict[str, Any]:
         results: dict[str, Any] = {}
         for mode in ("simple", "prepared"):
             results[mode] = bench_run(["-S", "-M", mode, "-c", "32", "-j", "2"])
+        bench.logs.mkdir(parents=True, exist_ok=True)
         script = bench.logs / "commit.sql"
         script.write_text("INSERT INTO pgbench_history (tid, bid, aid, delta, mtime) VALUES (1, 1, 1, 1, now());\n")
         for clients in (1, 32):
