@@ -16,6 +16,7 @@ import pytest
 
 from tests.support import live, postgres_only
 from tests.support.legacy import RELATED, HttpLegacy
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.live, postgres_only.LIVE_STACK]
 
@@ -138,6 +139,19 @@ def test_tasks_result_ends_with_the_error_of_a_failed_task(mcp):
     with mcp.stream(body) as stream:
         final = stream.next()
     assert final["id"] == 7101
+    assert final["error"] == {"code": -32603, "message": "Simulated protocol error during execution"}
+
+
+def test_tasks_result_of_a_task_that_already_failed_is_its_error(mcp, live_stack):
+    """The task fails before ``tasks/result`` arrives (a fast worker): the
+    server may answer with plain JSON instead of a stream, and a client must
+    read either."""
+    task_id = mcp.create_task("protocol_error_job")
+    wait_until(lambda: (live_stack.task_row(task_id) or {}).get("status") == "failed", what="the task failed")
+    body = {"jsonrpc": "2.0", "id": 7103, "method": "tasks/result", "params": {"taskId": task_id}}
+    with mcp.stream(body) as stream:
+        final = stream.next()
+    assert final["id"] == 7103
     assert final["error"] == {"code": -32603, "message": "Simulated protocol error during execution"}
 
 

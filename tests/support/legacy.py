@@ -213,14 +213,22 @@ class HttpLegacy(LegacyClient):
 
 
 class SseReader:
-    """The messages of one SSE response, read as they arrive."""
+    """The messages of one SSE response, read as they arrive. A request may
+    also be answered with one JSON object instead of a stream (the server's
+    choice, e.g. ``tasks/result`` of a task already finished): that object is
+    then the only message."""
 
     def __init__(self, response: Any, *, validate: bool) -> None:
         self.response = response
         self.status = response.status_code
         self.content_type = response.headers.get("content-type", "")
-        self._lines = response.iter_lines()
         self.validate = validate
+        self._lines: Iterator[str]
+        if self.content_type.startswith("application/json"):
+            response.read()
+            self._lines = iter([f"data: {response.text}"])
+        else:
+            self._lines = response.iter_lines()
 
     def next(self) -> dict[str, Any]:
         """The next JSON-RPC message (keep-alive comments are skipped)."""
