@@ -232,7 +232,7 @@ def poll_rpc(request: Any, rpc: DjangoRpc, monkeypatch: pytest.MonkeyPatch) -> I
     from django.db import connection
 
     if connection.vendor != "postgresql":
-        pytest.skip("polls are served on the event loop from Postgres only")
+        pytest.skip(postgres_only.LOOP_POLLS_REASON)
     request.getfixturevalue("redis_poll_throttle")
     from tests.support.asgi import AsgiRpc
 

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from mcptasks.models import Task
+from tests.support import postgres_only
 from tests.support.asgi import AsgiRpc, serve_asgi
 from tests.support.factories import completed_task, running_task
 
@@ -42,7 +43,7 @@ def test_a_created_run_is_published_before_the_answer_is_sent(published):
 def test_a_poll_through_the_asgi_route(request, path, loop_served):
     if path == "loop":
         if not on_postgres():
-            pytest.skip("polls are served on the event loop from Postgres only")
+            pytest.skip(postgres_only.LOOP_POLLS_REASON)
         request.getfixturevalue("redis_poll_throttle")
     status, created = serve("tools/call", {"name": "slow_compute", "arguments": {"seconds": 1}})
     assert status == 200, created
@@ -63,9 +64,6 @@ def on_postgres() -> bool:
     return connection.vendor == "postgresql"
 
 
-postgres_only = pytest.mark.skipif("not __import__('tests.test_asgi').test_asgi.on_postgres()")
-
-
 def test_polls_fall_back_to_the_thread_path_off_postgres(loop_served, redis_poll_throttle):
     """SQLite (and any other backend) polls on a thread, with the same answer."""
     if on_postgres():
@@ -78,7 +76,7 @@ def test_polls_fall_back_to_the_thread_path_off_postgres(loop_served, redis_poll
     assert loop_served == []
 
 
-@postgres_only
+@postgres_only.LOOP_POLLS
 def test_a_finished_task_is_read_on_the_loop_after_its_audited_first_read(rpc, loop_served, redis_poll_throttle):
     """The first read of an outcome writes its audit event (on a thread, as
     before); later reads are served on the loop and say the same."""
@@ -98,7 +96,7 @@ def test_a_finished_task_is_read_on_the_loop_after_its_audited_first_read(rpc, l
     assert (again.status, again.headers["content-type"]) == (on_thread.status, on_thread.headers["Content-Type"])
 
 
-@postgres_only
+@postgres_only.LOOP_POLLS
 def test_the_poll_throttle_answers_429_on_the_loop(rpc, settings, loop_served, redis_poll_throttle):
     """The loop counts polls in the same Redis counter as the thread path."""
     settings.MCPTASKS = {**settings.MCPTASKS, "POLL_BURST": 2}
@@ -116,7 +114,7 @@ def test_the_poll_throttle_answers_429_on_the_loop(rpc, settings, loop_served, r
     assert (on_thread.status, on_thread.error["code"]) == (429, -31000)
 
 
-@postgres_only
+@postgres_only.LOOP_POLLS
 def test_database_down_is_the_same_503_on_both_paths(rpc, settings, monkeypatch, loop_served, redis_poll_throttle):
     from django.db import connection
 
@@ -142,7 +140,7 @@ def test_database_down_is_the_same_503_on_both_paths(rpc, settings, monkeypatch,
     assert loop_served == [200, 200]
 
 
-@postgres_only
+@postgres_only.LOOP_POLLS
 def test_a_revoked_token_is_refused_once_its_cached_identity_expires(settings, loop_served, redis_poll_throttle):
     from django.contrib.auth import get_user_model
     from rest_framework.authtoken.models import Token
@@ -162,7 +160,7 @@ def test_a_revoked_token_is_refused_once_its_cached_identity_expires(settings, l
     assert loop_served == [200]
 
 
-@postgres_only
+@postgres_only.LOOP_POLLS
 def test_the_loop_reconnects_after_losing_its_connection(loop_served, redis_poll_throttle, monkeypatch):
     """A pooled connection that died (a database restart) costs one poll on a
     thread, with the same answer; the next poll is on the loop again."""
@@ -212,7 +210,7 @@ def test_the_loop_reconnects_after_losing_its_connection(loop_served, redis_poll
     assert loop_served == [200, 200], "the second poll went to a thread, the third reconnected on the loop"
 
 
-@postgres_only
+@postgres_only.LOOP_POLLS
 def test_the_loop_keeps_no_connection_past_conn_max_age(loop_served, redis_poll_throttle, monkeypatch):
     """With ``CONN_MAX_AGE = 0`` (Django's default) a poll on the loop closes
     its connection after the read, as Django closes a request's."""

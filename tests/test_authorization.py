@@ -25,6 +25,7 @@ from oauth2_provider.models import get_access_token_model, get_application_model
 from mcptasks.protocol import authorization as scope_rules
 from mcptasks.tools.registry import Registry, tool
 from mcptasks.web import authorization
+from tests.support import postgres_only
 from tests.support.asgi import serve_asgi
 from tests.support.legacy import DjangoLegacy
 from tests.support.rpc import TASKS_CAPS, DjangoRpc
@@ -541,7 +542,7 @@ def loop_polls(settings, redis_poll_throttle, request) -> list[int]:
     from django.db import connection
 
     if connection.vendor != "postgresql":
-        pytest.skip("polls are served on the event loop from Postgres only")
+        pytest.skip(postgres_only.LOOP_POLLS_REASON)
     return request.getfixturevalue("loop_served")
 
 

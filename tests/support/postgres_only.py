@@ -41,3 +41,8 @@ PLANNER = pytest.mark.postgres_only(reason="Postgres's planner: EXPLAIN plans an
 BOTH_SETUPS_ALREADY = pytest.mark.postgres_only(
     reason="it builds its own venv and runs both setups itself (Postgres + Redis and the embedded default)"
 )
+
+#: Polls served on the event loop read with async psycopg: elsewhere every
+#: poll takes the thread path (which the SQLite pass runs).
+LOOP_POLLS_REASON = "polls are served on the event loop from Postgres only"
+LOOP_POLLS = pytest.mark.postgres_only(reason=LOOP_POLLS_REASON)
