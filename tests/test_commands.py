@@ -36,6 +36,7 @@ from tests.support.factories import (
     waiting_task,
 )
 from tests.support.rpc import HttpRpc
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.django_db
 
@@ -357,10 +358,22 @@ def test_run_serves_mcp_and_runs_tasks_then_stops_cleanly(tmp_path: Path, broker
         assert final["status"] == "completed", (final, live.tail(log))
         if broker != "embedded":
             assert "celery worker (2 threads)" in log.read_text(), live.tail(log)
-        live.os.killpg(proc.pid, live.signal.SIGTERM)
-        assert proc.wait(timeout=20) is not None
+        # SIGTERM to the run process alone, as a supervisor stops a program:
+        # its worker and beat must stop with it, not outlive it.
+        proc.send_signal(live.signal.SIGTERM)
+        assert proc.wait(timeout=30) in (0, -live.signal.SIGTERM), live.tail(log)
+        wait_until(lambda: not _session_alive(proc.pid), timeout=30, what="the run's worker and beat to stop with it")
     finally:
         if proc is not None:
             live.kill_group(proc)
         if on_postgres:
             live.drop_database(base, name)
+
+
+def _session_alive(session_id: int) -> bool:
+    """Whether any process of the session ``session_id`` leads is still running."""
+    try:
+        live.os.killpg(session_id, 0)
+    except ProcessLookupError:
+        return False
+    return True

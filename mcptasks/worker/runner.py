@@ -135,19 +135,44 @@ def run(*, host: str, port: int, concurrency: int, asgi: Found, celery: Found, p
 
     if children:
         threading.Thread(target=watch_children, daemon=True).start()
+    # uvicorn sends a SIGTERM it caught to the process again once it has shut
+    # down; with the default action this process would die on the spot and
+    # leave its worker and beat running. Caught here, the children are
+    # stopped first, then the process ends by the signal as before.
+    on_main_thread = threading.current_thread() is threading.main_thread()
+    if on_main_thread:
+        signal.signal(signal.SIGTERM, _raise_terminated)
     try:
-        server.run()
-    finally:
-        for child in children:
-            if child.poll() is None:
-                child.send_signal(signal.SIGTERM)
-        for child in children:
-            try:
-                child.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                child.kill()
-        for service in embedded:
-            try:
-                service.stop()
-            except Exception:  # shutting down anyway
-                logger.debug("stopping %s failed", service, exc_info=True)
+        try:
+            server.run()
+        finally:
+            if on_main_thread:
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)  # already stopping
+            _stop_children(children, embedded)
+    except _Terminated:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.raise_signal(signal.SIGTERM)
+
+
+class _Terminated(Exception):
+    """SIGTERM arrived outside uvicorn's own handling (see ``run``)."""
+
+
+def _raise_terminated(sig: int, frame: Any) -> None:
+    raise _Terminated(sig)
+
+
+def _stop_children(children: list[subprocess.Popen[bytes]], embedded: list[Any]) -> None:
+    for child in children:
+        if child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+    for child in children:
+        try:
+            child.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            child.kill()
+    for service in embedded:
+        try:
+            service.stop()
+        except Exception:  # shutting down anyway
+            logger.debug("stopping %s failed", service, exc_info=True)
