@@ -104,6 +104,17 @@ def test_modules_stay_readable():
     assert too_long == []
 
 
+def test_one_builder_makes_every_tool_context():
+    """Inline calls of both eras and task runs get their ``ToolContext`` from
+    ``tools.calls.tool_context``, so a tool sees the same fields everywhere."""
+    builders = []
+    for path in _modules():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "ToolContext":
+                builders.append(str(path.relative_to(PACKAGE)))
+    assert builders == ["tools/calls.py"]
+
+
 def test_public_import_paths():
     import mcptasks
     from mcptasks.asgi import mcp_router
