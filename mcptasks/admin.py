@@ -260,7 +260,7 @@ class TaskAdmin(admin.ModelAdmin):
         return False
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        # Expired tasks are purged in batches (``expire now`` + the purge).
+        # Expired tasks are pruned in batches (``expire now`` + the prune).
         return False
 
     def has_cancel_permission(self, request: HttpRequest) -> bool:
@@ -384,7 +384,7 @@ class TaskAdmin(admin.ModelAdmin):
         return self._done(request)
 
     @admin.action(
-        permissions=["expire"], description="Expire selected finished tasks now (the next purge deletes them)"
+        permissions=["expire"], description="Expire selected finished tasks now (the next prune deletes them)"
     )
     def expire_tasks(self, request: HttpRequest, queryset: QuerySet) -> HttpResponse | None:
         actor = lifecycle.operator_actor(request.user.get_username())

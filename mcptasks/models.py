@@ -176,7 +176,7 @@ class Task(models.Model):
                 name="mcptasks_unclaimed",
                 condition=Q(status="working", lease_expires_at__isnull=True),
             ),
-            # The purge: terminal tasks past their TTL.
+            # The prune: terminal tasks past their TTL.
             models.Index(
                 fields=["expires_at"],
                 name="mcptasks_terminal_expiry",

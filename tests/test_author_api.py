@@ -31,7 +31,7 @@ def test_the_package_exports_the_author_api():
 def test_importing_the_package_needs_no_settings_and_loads_no_models():
     """Settings modules import from it (``mcptasks.worker.beat``), before Django is set up."""
     env = {key: value for key, value in os.environ.items() if key != "DJANGO_SETTINGS_MODULE"}
-    probe = "import sys, mcptasks; print(sorted(m for m in sys.modules if m.endswith('.models')))"
+    probe = "import sys, mcptasks, mcptasks.worker.beat; print(sorted(m for m in sys.modules if m.endswith('.models')))"
     out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
