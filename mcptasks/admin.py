@@ -1,7 +1,7 @@
 """The operators' cockpit: tasks in the Django admin.
 
 Read-only by design: nothing here edits a row. The three actions (cancel,
-expire now, retry) go through ``mcptasks.lifecycle`` exactly as the wire
+expire now, retry) go through ``mcptasks.tasks.lifecycle`` exactly as the wire
 does, act only on rows in a legal state, report counts, and each needs its
 own permission (``mcptasks.cancel_task``, ``expire_task``, ``retry_task``).
 

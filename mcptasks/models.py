@@ -1,6 +1,6 @@
 """Durable rows: the source of truth for every task.
 
-Status is never written here directly: ``mcptasks.lifecycle`` owns every
+Status is never written here directly: ``mcptasks.tasks.transitions`` owns every
 transition and guards each one with a compare-and-set on the current status.
 """
 
