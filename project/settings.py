@@ -14,6 +14,7 @@ from pathlib import Path
 import environ
 
 from mcptasks.beat import BEAT_SCHEDULE
+from project.secret_key import DEVELOPMENT_KEY, KEY_FILE, read_key
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
@@ -22,7 +23,9 @@ env = environ.Env()
 environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
 
 DEBUG = env.bool("DEBUG", default=False)
-SECRET_KEY = env("SECRET_KEY", default="insecure-example-key-change-me-for-anything-real")
+# SECRET_KEY from the environment, else the one bin/run keeps in var/ (see
+# project/secret_key.py), else a public development key.
+SECRET_KEY = env("SECRET_KEY", default="") or read_key(KEY_FILE) or DEVELOPMENT_KEY
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]", "testserver"])
 
 INSTALLED_APPS = [
