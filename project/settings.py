@@ -9,6 +9,7 @@ to use them:
     REDIS_URL=redis://127.0.0.1:6379/1        # channel layer
 """
 
+from datetime import timedelta
 from pathlib import Path
 
 import environ
@@ -38,6 +39,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "oauth2_provider",
+    "axes",
     "mcptasks",
     "project.demo",
 ]
@@ -50,6 +52,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "project.urls"
@@ -214,6 +217,24 @@ OAUTH2_PROVIDER = {
     "CIMD_ENABLED": True,
 }
 LOGIN_URL = "/accounts/login/"
+# RFC 7662 introspection, for the client ids of resource servers elsewhere
+# that check this site's tokens (confidential clients made in the admin).
+# Unset, /o/introspect/ is not mounted: /mcp checks tokens in the database.
+OAUTH_INTROSPECTION_CLIENTS = env.list("OAUTH_INTROSPECTION_CLIENTS", default=[])
+
+# django-axes: failed sign-ins (the login page, the admin's, and the token
+# endpoint's wrong client secrets, codes and refresh tokens, see
+# project/oauth_server.py) counted per client address and per account; past
+# SIGN_IN_FAILURE_LIMIT either is refused with 429 for SIGN_IN_COOLOFF_SECONDS.
+# The address is the connection's (mcptasks run believes a proxy's
+# X-Forwarded-For only when told to trust it).
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+AXES_FAILURE_LIMIT = env.int("SIGN_IN_FAILURE_LIMIT", default=10)
+AXES_COOLOFF_TIME = timedelta(seconds=env.int("SIGN_IN_COOLOFF_SECONDS", default=900))
+AXES_LOCKOUT_PARAMETERS = ["ip_address", "username"]
+AXES_RESET_ON_SUCCESS = True
+AXES_IPWARE_META_PRECEDENCE_ORDER = ["REMOTE_ADDR"]
+AXES_COOLOFF_MESSAGE = "Too many failed sign-in attempts from this address or for this account: try again later."
 
 LOGGING = {
     "version": 1,
