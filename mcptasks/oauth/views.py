@@ -63,4 +63,5 @@ class ClientRegistrationView(DynamicClientRegistrationView):
             )
         except ValueError:
             pass  # not JSON: the toolkit answers invalid_client_metadata
-        return super().post(request, *args, **kwargs)
+        response: HttpResponse = super().post(request, *args, **kwargs)
+        return response
