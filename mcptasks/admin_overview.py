@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import PermissionDenied
@@ -60,6 +60,7 @@ class WindowPage:
     failures: list[FailureBar]
     failures_other: int
     failures_total: int
+    computed_at: datetime | None
 
 
 def overview_urls(model_admin: ModelAdmin[Any]) -> list[URLPattern]:
@@ -128,6 +129,7 @@ def _window_page(figures: overview.WindowFigures) -> WindowPage:
         failures=[FailureBar(tool, n, 100.0 * n / longest) for tool, n in figures.failures_by_tool],
         failures_other=figures.failures_other,
         failures_total=figures.failures_total,
+        computed_at=figures.computed_at,
     )
 
 

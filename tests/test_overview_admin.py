@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import Permission
+from django.core.cache import caches
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
@@ -17,6 +18,15 @@ from mcptasks import admin_charts
 from tests.support.factories import completed_task, failed_task, make_task, running_task, waiting_task
 
 pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _fresh_day_figures() -> Any:
+    """The day's figures are cached for a while: each test starts without them."""
+    caches["default"].clear()
+    yield
+    caches["default"].clear()
+
 
 OVERVIEW = reverse("admin:mcptasks_task_overview")
 
@@ -128,3 +138,16 @@ def test_axis_steps_are_round_numbers():
         "3.5 min",
         "2.0 h",
     ]
+
+
+def test_the_day_is_reused_for_a_while_and_the_hour_is_not(admin_client: Any):
+    admin_client.get(OVERVIEW)
+    completed_task()
+    html = admin_client.get(OVERVIEW).content.decode()
+    hour = html[html.index('id="window-hour"') : html.index('id="window-day"')]
+    day = html[html.index('id="window-day"') :]
+    assert "1 created, 1 finished" in hour
+    assert "0 created, 0 finished; as of " in day
+    caches["default"].clear()
+    day = admin_client.get(OVERVIEW).content.decode().split('id="window-day"', 1)[1]
+    assert "1 created, 1 finished" in day
