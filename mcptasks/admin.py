@@ -230,7 +230,20 @@ class TaskAdmin(admin.ModelAdmin):
     inlines = (InputRequestInline, TaskEventInline)
     fieldsets = (
         (None, {"fields": ("id", "tool_name", "status_badge", "status_message", "owner", "era")}),
-        ("Times", {"fields": ("created_at", "updated_at", "expires_at", "ttl_ms", "poll_interval_ms")}),
+        (
+            "Times",
+            {
+                "fields": (
+                    "created_at",
+                    "started_at",
+                    "finished_at",
+                    "updated_at",
+                    "expires_at",
+                    "ttl_ms",
+                    "poll_interval_ms",
+                )
+            },
+        ),
         ("Call", {"fields": ("arguments_json", "client_capabilities_json")}),
         ("Outcome", {"fields": ("result_json", "error_json")}),
         (

@@ -85,11 +85,18 @@ def nice_ceiling(value: float) -> float:
     """The smallest 1, 2 or 5 times a power of ten at least ``value``."""
     if value <= 0:
         return 1.0
-    power = 10 ** math.floor(math.log10(value))
+    power = 10.0 ** math.floor(math.log10(value))
     for step in (1, 2, 5, 10):
         if value <= step * power * (1 + 1e-9):
             return float(step * power)
     return 10.0 * power
+
+
+def tick_intervals(top_value: float) -> int:
+    """How many steps divide a ``nice_ceiling`` into round ones: 1 in fifths
+    (0.2), 2 in quarters (0.5), 5 in fifths (1)."""
+    leading = round(top_value / 10 ** math.floor(math.log10(top_value)))
+    return 4 if leading == 2 else 5
 
 
 def format_count(value: float) -> str:
@@ -97,11 +104,13 @@ def format_count(value: float) -> str:
 
 
 def format_seconds(seconds: float) -> str:
-    """A duration at a useful precision: 850 ms, 4.2 s, 3.5 min, 2.0 h."""
+    """A duration at a useful precision: 850 ms, 4.2 s, 8 s, 3.5 min, 2.0 h."""
+    if seconds == 0:
+        return "0"
     if seconds < 1:
         return f"{seconds * 1000:.0f} ms"
     if seconds < 60:
-        return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
+        return f"{seconds:.1f} s" if seconds < 10 and seconds != int(seconds) else f"{seconds:.0f} s"
     if seconds < 3600:
         return f"{seconds / 60:.1f} min"
     return f"{seconds / 3600:.1f} h"
@@ -114,9 +123,12 @@ def _time_label(at: datetime) -> str:
 def _frame(
     chart: Chart, starts: Sequence[datetime], step: timedelta, top_value: float, fmt: Callable[[float], str]
 ) -> None:
-    """The axes: four y ticks from 0 to ``top_value``, and about six time labels."""
+    """The axes: y ticks from 0 to ``top_value`` on round steps, and about six time labels."""
     span = chart.bottom - chart.top
-    chart.y_ticks = [Tick(chart.bottom - span * i / 4, fmt(top_value * i / 4)) for i in range(5)]
+    intervals = tick_intervals(top_value)
+    chart.y_ticks = [
+        Tick(chart.bottom - span * i / intervals, fmt(top_value * i / intervals)) for i in range(intervals + 1)
+    ]
     every = max(1, math.ceil(len(starts) / 6))
     # Labels on round times: whole multiples of the label spacing.
     spacing = step * every

@@ -5,6 +5,7 @@ script, and its queries bounded (a fixed number, whatever the table holds)."""
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from django.core.cache import caches
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
+from django.utils import timezone
 
 from mcptasks import admin_charts
 from tests.support.factories import completed_task, failed_task, make_task, running_task, waiting_task
@@ -130,10 +132,21 @@ def test_an_empty_window_says_so(admin_client: Any):
 
 
 def test_axis_steps_are_round_numbers():
+    at = timezone.now()
+    starts = [at + timedelta(minutes=i) for i in range(3)]
+    step = timedelta(minutes=1)
+    times = admin_charts.lines("t", starts, step, [admin_charts.Series("p95", "#000", [48.0, None, 3.0])], ["x"])
+    assert [t.label for t in times.y_ticks] == ["0", "10 s", "20 s", "30 s", "40 s", "50 s"]
+    counts = admin_charts.stacked_bars("c", starts, step, [admin_charts.Series("done", "#000", [13, 0, 2])])
+    assert [t.label for t in counts.y_ticks] == ["0", "5", "10", "15", "20"]
+    # A gap breaks the line: two runs of one point each.
+    assert len(times.lines[0].paths) == 2 and len(times.lines[0].dots) == 2
     assert [admin_charts.nice_ceiling(v) for v in (0, 0.3, 1, 3, 7, 11, 180, 999)] == [1, 0.5, 1, 5, 10, 20, 200, 1000]
-    assert [admin_charts.format_seconds(s) for s in (0.25, 4.25, 42, 210, 7200)] == [
+    assert [admin_charts.format_seconds(s) for s in (0, 0.25, 4.25, 8, 42, 210, 7200)] == [
+        "0",
         "250 ms",
         "4.2 s",
+        "8 s",
         "42 s",
         "3.5 min",
         "2.0 h",

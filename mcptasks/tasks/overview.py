@@ -210,54 +210,41 @@ def _top_tools(counts: dict[str, int]) -> tuple[list[tuple[str, int]], int, int]
     return ranked[:TOP_TOOLS], sum(n for _, n in ranked[TOP_TOOLS:]), sum(counts.values())
 
 
-# Postgres: one grouped statement per figure --------------------------------------------
+# Postgres: one grouped scan of each window ----------------------------------------------
 
-#: A row's bucket in the window: whole steps since the window's start.
-_BUCKET = "floor(extract(epoch FROM {column} - %s) / %s)::int"
+#: A row's bucket in the window: whole steps since the window's start
+#: (``date_part`` is a float: cheaper than ``extract``'s numeric).
+_BUCKET = "floor(date_part('epoch', {column} - %s) / %s)::int"
 
 
 def _figures_sql(win: Window, now: datetime) -> WindowFigures:
+    """Two scans, each of one window of one index: the creations (counts by
+    status, queue waits) and the finishes (counts by status, run times), plus
+    the failures by tool, which the finished index and the status index
+    narrow together."""
     table = sql.tables()["task"]
     step = win.step.total_seconds()
     span = [win.start, win.end]
-    created_bucket = _BUCKET.format(column="created_at")
-    finished_bucket = _BUCKET.format(column="finished_at")
-    in_created = "created_at >= %s AND created_at < %s"
-    in_finished = "finished_at >= %s AND finished_at < %s"
-
-    created = {status: [0] * win.buckets for status in CREATED_STATUSES}
-    finished = {status: [0] * win.buckets for status in TERMINAL_STATUSES}
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT {created_bucket}, status, COUNT(*) FROM {table} WHERE {in_created} GROUP BY 1, 2",
-            [win.start, step, *span],
-        )
-        for bucket, status, n in cursor.fetchall():
-            created[status][bucket] = n
-        cursor.execute(
-            f"SELECT {finished_bucket}, status, COUNT(*) FROM {table} WHERE {in_finished} GROUP BY 1, 2",
-            [win.start, step, *span],
-        )
-        for bucket, status, n in cursor.fetchall():
-            finished[status][bucket] = n
-        run_time, run_time_overall = _percentiles_sql(
+        created, queue_wait, queue_wait_overall = _scan_sql(
             cursor,
-            bucket=finished_bucket,
-            duration="finished_at - started_at",
-            where=f"{in_finished} AND started_at IS NOT NULL",
-            params=[win.start, step, *span],
-            buckets=win.buckets,
-        )
-        queue_wait, queue_wait_overall = _percentiles_sql(
-            cursor,
-            bucket=created_bucket,
+            column="created_at",
+            statuses=CREATED_STATUSES,
             duration="COALESCE(started_at, finished_at, %s) - created_at",
-            where=in_created,
             params=[win.start, step, now, *span],
             buckets=win.buckets,
         )
+        finished, run_time, run_time_overall = _scan_sql(
+            cursor,
+            column="finished_at",
+            statuses=TERMINAL_STATUSES,
+            duration="finished_at - started_at",
+            params=[win.start, step, *span],
+            buckets=win.buckets,
+        )
         cursor.execute(
-            f"SELECT tool_name, COUNT(*) FROM {table} WHERE {in_finished} AND status = %s GROUP BY 1",
+            f"SELECT tool_name, COUNT(*) FROM {table}"
+            " WHERE finished_at >= %s AND finished_at < %s AND status = %s GROUP BY 1",
             [*span, TaskStatus.FAILED],
         )
         failures = dict(cursor.fetchall())
@@ -277,28 +264,36 @@ def _figures_sql(win: Window, now: datetime) -> WindowFigures:
     )
 
 
-def _percentiles_sql(
-    cursor: Any, *, bucket: str, duration: str, where: str, params: list[Any], buckets: int
-) -> tuple[list[Percentiles], Percentiles]:
-    """p50 and p95 of ``duration`` per bucket and over the window, in one
-    statement (``GROUPING SETS``: the overall row has a null bucket).
-    ``params``: the bucket's, the duration's and the filter's, in that order."""
+def _scan_sql(
+    cursor: Any, *, column: str, statuses: Sequence[str], duration: str, params: list[Any], buckets: int
+) -> tuple[dict[str, list[int]], list[Percentiles], Percentiles]:
+    """The rows whose ``column`` falls in the window: per bucket, their count
+    by status and p50/p95 of ``duration`` (null durations skipped), and the
+    percentiles over the whole window (``GROUPING SETS``: its row has a null
+    bucket). ``params``: the bucket's, the duration's, the window's."""
+    counts = ", ".join(f"COUNT(*) FILTER (WHERE status = '{status}')" for status in statuses)
     statement = (
-        "SELECT bucket, COUNT(*), percentile_cont(ARRAY[0.5, 0.95]) WITHIN GROUP (ORDER BY seconds)"
-        f" FROM (SELECT {bucket} AS bucket, extract(epoch FROM {duration}) AS seconds"
-        f" FROM {sql.tables()['task']} WHERE {where}) AS timed"
+        f"SELECT bucket, {counts}, COUNT(seconds),"
+        " percentile_cont(ARRAY[0.5, 0.95]) WITHIN GROUP (ORDER BY seconds)"
+        f" FROM (SELECT {_BUCKET.format(column=column)} AS bucket, status,"
+        f" date_part('epoch', {duration}) AS seconds"
+        f" FROM {sql.tables()['task']} WHERE {column} >= %s AND {column} < %s) AS timed"
         " GROUP BY GROUPING SETS ((bucket), ())"
     )
     cursor.execute(statement, params)
+    by_status = {status: [0] * buckets for status in statuses}
     per_bucket = [Percentiles()] * buckets
     overall = Percentiles()
-    for index, n, (p50, p95) in (row for row in cursor.fetchall() if row[1]):
-        figures = Percentiles(count=n, p50=float(p50), p95=float(p95))
+    for row in cursor.fetchall():
+        index, timed, quantiles = row[0], row[-2], row[-1]
+        figures = Percentiles(count=timed, p50=quantiles[0], p95=quantiles[1]) if timed else Percentiles()
         if index is None:
             overall = figures
-        else:
-            per_bucket[index] = figures
-    return per_bucket, overall
+            continue
+        per_bucket[index] = figures
+        for status, n in zip(statuses, row[1:-2], strict=True):
+            by_status[status][index] = n
+    return by_status, per_bucket, overall
 
 
 # Other databases: the window's rows, grouped here --------------------------------------
@@ -306,7 +301,7 @@ def _percentiles_sql(
 
 def _figures_rows(win: Window, now: datetime) -> WindowFigures:
     created = {status: [0] * win.buckets for status in CREATED_STATUSES}
-    finished = {status: [0] * win.buckets for status in TERMINAL_STATUSES}
+    finished: dict[str, list[int]] = {status: [0] * win.buckets for status in TERMINAL_STATUSES}
     waits: list[list[float]] = [[] for _ in range(win.buckets)]
     runs: list[list[float]] = [[] for _ in range(win.buckets)]
     failures: dict[str, int] = {}

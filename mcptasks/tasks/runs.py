@@ -101,7 +101,7 @@ def _claim_sql(task_id: str, *, worker: str, now: datetime, lease: datetime) -> 
             WHERE task_id = claimed.id AND state = %s
         ) FROM claimed
     """
-    params = [worker, lease, now, task_id, TaskStatus.WORKING, now]
+    params: list[Any] = [worker, lease, now, task_id, TaskStatus.WORKING, now]
     params += [now, worker_actor(worker), InputRequestState.ANSWERED]
     with connection.cursor() as cursor:
         cursor.execute(statement, params)
