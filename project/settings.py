@@ -36,6 +36,7 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "oauth2_provider",
     "mcptasks",
+    "mcptasks.oauth",
     "project.demo",
 ]
 
@@ -209,6 +210,10 @@ OAUTH2_PROVIDER = {
     "DCR_ENABLED": True,
     "DCR_REGISTRATION_PERMISSION_CLASSES": ("mcptasks.oauth.registration.MCPClientRegistrationPermission",),
     "CIMD_ENABLED": True,
+    # One deadline over each whole document fetch, and the registration rules
+    # for the documents; tokens of deactivated users refused.
+    "CIMD_METADATA_FETCHER": "mcptasks.oauth.cimd.MCPClientMetadataFetcher",
+    "OAUTH2_VALIDATOR_CLASS": "mcptasks.oauth.validators.ActiveUserOAuth2Validator",
 }
 LOGIN_URL = "/accounts/login/"
 

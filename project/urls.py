@@ -2,6 +2,7 @@ from django.contrib import admin
 from django.urls import include, path
 from oauth2_provider import urls as oauth2_urls
 
+from mcptasks.oauth.client_configuration import ClientConfigurationView
 from project.consent import ConsentView
 from project.views import home
 
@@ -11,7 +12,9 @@ from project.views import home
 oauth2_endpoints = [
     path("authorize/", ConsentView.as_view(), name="authorize"),
     *(route for route in oauth2_urls.base_urlpatterns if route.name != "authorize"),
-    *oauth2_urls.dcr_urlpatterns,
+    *(route for route in oauth2_urls.dcr_urlpatterns if route.name != "dcr-register-management"),
+    # RFC 7592 updates held to the registration rules.
+    path("register/<str:client_id>/", ClientConfigurationView.as_view(), name="dcr-register-management"),
 ]
 oauth2_routes = ([*oauth2_urls.metadata_urlpatterns, path("o/", include(oauth2_endpoints))], "oauth2_provider")
 
