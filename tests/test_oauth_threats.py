@@ -98,7 +98,9 @@ def refresh(client: Any, client_app: Any, refresh_token: str) -> Any:
 
 
 @pytest.mark.parametrize("validator", OAUTH_VALIDATORS)
-def test_an_inactive_users_token_is_refused_in_both_eras(client, settings, issue, signed_in_only, validator):
+def test_an_inactive_users_token_is_refused_in_both_eras(
+    client, settings, issue, signed_in_only, django_user_model, validator
+):
     settings.OAUTH2_PROVIDER = {**settings.OAUTH2_PROVIDER, "OAUTH2_VALIDATOR_CLASS": validator}
     access, _ = issue("alice")
     modern = DjangoRpc(client, token=access, capabilities=TASKS_CAPS)
@@ -106,9 +108,7 @@ def test_an_inactive_users_token_is_refused_in_both_eras(client, settings, issue
     assert DjangoLegacy(client, token=access, validate=False).initialize().status == 200
 
     # A bulk update sends no signal: the checks themselves must refuse.
-    from django.contrib.auth import get_user_model
-
-    get_user_model().objects.filter(username="alice").update(is_active=False)
+    django_user_model.objects.filter(username="alice").update(is_active=False)
     assert_invalid_token(modern.request("tools/list"))
     assert_invalid_token(modern.call_tool("greet", {"name": "alice"}))
     legacy = DjangoLegacy(client, token=access, validate=False)
@@ -155,7 +155,9 @@ def loop_polls(settings, redis_poll_throttle, request) -> list[int]:
     return request.getfixturevalue("loop_served")
 
 
-def test_an_inactive_user_is_forgotten_by_the_identity_cache(issue, settings, signed_in_only, loop_polls):
+def test_an_inactive_user_is_forgotten_by_the_identity_cache(
+    issue, settings, signed_in_only, loop_polls, django_user_model
+):
     from tests.support.asgi import AsgiRpc
 
     settings.MCPTASKS = {**settings.MCPTASKS, "IDENTITY_CACHE_SECONDS": 60}
@@ -164,9 +166,7 @@ def test_an_inactive_user_is_forgotten_by_the_identity_cache(issue, settings, si
     assert poller.tasks_get(task_id).status == 200
     assert loop_polls and set(loop_polls) == {200}, "the caller is in the cache"
     served = list(loop_polls)
-    from django.contrib.auth import get_user_model
-
-    alice = get_user_model().objects.get(username="alice")
+    alice = django_user_model.objects.get(username="alice")
     alice.is_active = False
     alice.save()
     assert_invalid_token(poller.tasks_get(task_id))
