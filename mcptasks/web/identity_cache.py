@@ -36,7 +36,7 @@ from rest_framework.authentication import BasicAuthentication, TokenAuthenticati
 
 from ..conf import settings
 from ..protocol.caller import Caller
-from .identity import owner_for
+from ..tools.owners import owner_for
 
 #: Most callers remembered at once (the oldest go first).
 MAX_ENTRIES = 4096
