@@ -35,6 +35,11 @@ REPO = Path(__file__).resolve().parents[2]
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/mcptasks"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
+#: The site the stacks run: the test site (tests/testapp/), never the example site.
+SITE_SETTINGS = "tests.testapp.settings"
+SITE_ASGI = "tests.testapp.asgi:application"
+SITE_CELERY = "tests.testapp"
+
 #: Short lease and heartbeat so that recovery after a dead worker takes seconds.
 LIVE_SETTINGS = {
     "MCP_LEASE_SECONDS": "3",
@@ -70,7 +75,7 @@ def psycopg_dsn(url: str) -> str:
 
 def base_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in _SCRUB and not k.startswith("MCP_")}
-    env.update({"DJANGO_SETTINGS_MODULE": "project.settings", "PYTHONUNBUFFERED": "1"})
+    env.update({"DJANGO_SETTINGS_MODULE": SITE_SETTINGS, "PYTHONUNBUFFERED": "1"})
     env.update(extra or {})
     return env
 
@@ -150,7 +155,7 @@ def wait_http(url: str, proc: subprocess.Popen[bytes], log: Path, *, timeout: fl
 
 def uvicorn_argv(
     port: int,
-    app: str = "project.asgi:application",
+    app: str = SITE_ASGI,
     *,
     workers: int = 1,
     graceful_shutdown: int | None = None,
@@ -166,8 +171,8 @@ def uvicorn_argv(
 
 
 def celery_argv(*args: str) -> list[str]:
-    """A ``celery`` command on the example site's app."""
-    return [sys.executable, "-m", "celery", "-A", "project", *args]
+    """A ``celery`` command on the test site's app."""
+    return [sys.executable, "-m", "celery", "-A", SITE_CELERY, *args]
 
 
 def celery_worker_argv(
