@@ -52,7 +52,9 @@ def test_the_environment_variable_comes_before_the_settings(monkeypatch: pytest.
     assert found.obj is tests.testapp.asgi.django_application
 
 
-@override_settings(ASGI_APPLICATION="tests.testapp.asgi.django_application", WSGI_APPLICATION="nowhere.wsgi.application")
+@override_settings(
+    ASGI_APPLICATION="tests.testapp.asgi.django_application", WSGI_APPLICATION="nowhere.wsgi.application"
+)
 def test_settings_asgi_application_is_used_when_set():
     found = find_asgi_application()
     assert (found.name, found.source) == ("tests.testapp.asgi:django_application", "settings.ASGI_APPLICATION")
