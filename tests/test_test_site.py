@@ -48,7 +48,8 @@ def load_in_fresh_process(settings_module: str) -> dict[str, list[str]]:
         timeout=120,
     )
     assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    loaded: dict[str, list[str]] = json.loads(result.stdout.strip().splitlines()[-1])
+    return loaded
 
 
 def from_the_example_site(modules: list[str]) -> list[str]:

@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -39,25 +40,27 @@ print(json.dumps({
 """
 
 
-def site_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+def site_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in SCRUB and not k.startswith("MCP_")}
     return {**env, "DJANGO_SETTINGS_MODULE": "project.settings", **extra}
 
 
-def on_the_site(code: str, env: dict[str, str]) -> dict:
+def on_the_site(code: str, env: dict[str, str]) -> dict[str, Any]:
     result = subprocess.run(
         [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
     )
     assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    found: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
+    return found
 
 
 def front_page(tmp_path: Path, **extra: str) -> str:
-    env = site_env(tmp_path, DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}", **extra)
+    env = site_env(DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}", **extra)
     page = on_the_site(FRONT_PAGE, env)
     assert page["status"] == 200
     assert page["type"].startswith("text/html")
-    return page["html"]
+    html: str = page["html"]
+    return html
 
 
 def test_the_front_page_gives_the_exact_mcp_url_and_a_client_config(tmp_path: Path) -> None:
@@ -82,7 +85,7 @@ def test_the_front_page_says_when_sign_in_is_required(tmp_path: Path) -> None:
 
 
 def test_the_demo_tools_include_the_conformance_fixtures(tmp_path: Path) -> None:
-    served = on_the_site(TOOLS, site_env(tmp_path, DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}"))
+    served = on_the_site(TOOLS, site_env(DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}"))
     assert served["server"] == "mcptasks-example"
     # What the README's walk-through and the conformance suite call.
     assert served["tools"]["slow_compute"] == "optional"
@@ -90,7 +93,7 @@ def test_the_demo_tools_include_the_conformance_fixtures(tmp_path: Path) -> None
     assert "test_simple_prompt" in served["prompts"]
 
 
-def test_with_no_environment_the_site_runs_on_the_embedded_default_without_warnings(tmp_path: Path) -> None:
+def test_with_no_environment_the_site_runs_on_the_embedded_default_without_warnings() -> None:
     code = (
         "import django, json\ndjango.setup()\nfrom django.conf import settings\n"
         "from django.core.management import call_command\n"
@@ -98,7 +101,7 @@ def test_with_no_environment_the_site_runs_on_the_embedded_default_without_warni
         "print(json.dumps({'engine': settings.DATABASES['default']['ENGINE'], "
         "'broker': settings.CELERY_BROKER_URL, 'layer': settings.CHANNEL_LAYERS['default']['BACKEND']}))"
     )
-    found = on_the_site(code, site_env(tmp_path))
+    found = on_the_site(code, site_env())
     assert found == {
         "engine": "django.db.backends.sqlite3",
         "broker": "memory://",

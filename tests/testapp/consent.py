@@ -8,7 +8,7 @@ from oauth2_provider.views import AuthorizationView
 
 class ConsentView(AuthorizationView):
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
-        context = super().get_context_data(**kwargs)
+        context: dict[str, Any] = super().get_context_data(**kwargs)
         scopes = context.get("scopes") or []
         descriptions = context.get("scopes_descriptions") or []
         context["scope_list"] = list(zip(scopes, descriptions, strict=False))

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import environ
 
-from mcptasks.beat import BEAT_SCHEDULE
+from mcptasks.worker.beat import BEAT_SCHEDULE
 
 SITE_DIR = Path(__file__).resolve().parent
 #: Files the site writes when no service is named (SQLite, beat's schedule).
@@ -132,7 +132,7 @@ MCPTASKS = {
     # OAuth access tokens, then the DRF tokens the tests make for their users.
     "AUTHENTICATION_CLASSES": [
         "mcptasks.oauth.authentication.OAuth2Authentication",
-        "mcptasks.identity.BearerTokenAuthentication",
+        "mcptasks.web.identity.BearerTokenAuthentication",
         "rest_framework.authentication.TokenAuthentication",
     ],
     "ALLOW_ANONYMOUS": env.bool("MCP_ALLOW_ANONYMOUS", default=True),
@@ -148,7 +148,7 @@ MCPTASKS = {
     "CELERY_QUEUE": env("MCP_CELERY_QUEUE", default=None),
     "WEB_THREADS": 8,
     "POLL_CONNECTIONS": 4,
-    "PURGE_PAUSE_SECONDS": 0.02,
+    "PRUNE_PAUSE_SECONDS": 0.02,
     "POLL_BURST": env.int("MCP_POLL_BURST", default=10) or None,
     "MAX_ACTIVE_TASKS_PER_OWNER": env.int("MCP_MAX_ACTIVE_TASKS", default=1000) or None,
     "THROTTLE_CACHE": "throttle" if REDIS_URL else "default",
