@@ -94,3 +94,15 @@ def test_the_live_stacks_run_the_test_site() -> None:
     assert env["DJANGO_SETTINGS_MODULE"] == "tests.testapp.settings"
     assert live.uvicorn_argv(8000)[3] == "tests.testapp.asgi:application"
     assert live.celery_argv("worker")[3:5] == ["-A", "tests.testapp"]
+
+
+def test_every_live_test_is_in_a_test_live_file() -> None:
+    """File names match markers: a test module that uses the ``live`` marker
+    is named ``test_live_*.py``, so ``-m "not live"`` and the names agree."""
+    marked = [
+        path.relative_to(REPO).as_posix()
+        for path in sorted((REPO / "tests").rglob("test_*.py"))
+        if path != Path(__file__).resolve() and "pytest.mark.live" in path.read_text()
+    ]
+    assert len(marked) > 10
+    assert [path for path in marked if not path.rpartition("/")[2].startswith("test_live_")] == []
