@@ -514,7 +514,7 @@ def test_a_tools_ttl_is_clamped_to_the_maximum(rpc, limit):
 
     limit(MAX_TTL_MS=60_000)
 
-    def forever(ctx: Any) -> str:
+    def forever(ctx) -> str:  # an unannotated ctx receives the ToolContext
         return "never read"
 
     tool(forever, name="limits_long_ttl", task="required", ttl_ms=10**12)
