@@ -24,6 +24,8 @@ def label(name: str) -> str:
         return RUN_LABEL
     if name == "peer1":
         return PEER_SINGLE_LABEL
+    if name == "peer-fsync":
+        return "fastmcp-tasks, Redis appendfsync always"
     if name == "peer":
         return PEER_LABEL if _peer_workers == 2 else PEER_LABEL.replace(" ×2", f" ×{_peer_workers}").replace(" ×1", "")
     return MCP_WEB[name]["label"]
@@ -222,7 +224,36 @@ def summarize(results: dict[str, Any], names: list[str] | None = None, peer: str
             f"{label(n)} {text}" for n in names if (text := _cpu_per_task(p3.get(n, [])))
         )
         s["p3_cpu_per_task"] = {n: _cpu_per_task_ms(p3.get(n, [])) for n in names}
+    if peer == "peer":
+        _p3d_row(recs, names, mcp, s)
     return s
+
+
+def _p3d_row(recs: list[dict], names: list[str], mcp: list[str], s: dict[str, Any]) -> None:
+    """P3d: P3 against the peer on a Redis that fsyncs every write
+    (bench/durable_peer.py); its values sit in the peer's column."""
+    from bench.durable_peer import KEY, MEASURE
+
+    rows = by(recs, MEASURE, "c32")
+    if not rows.get(KEY):
+        return
+    values = {n: med([r["value"] for r in rows.get(n, [])]) for n in mcp}
+    values.update({n: med([r["value"] for r in rows[KEY]]) for n in names if n not in mcp})
+    cpu = "; ".join(f"{label(n)} {text}" for n in [*mcp, KEY] if (text := _cpu_per_task(rows.get(n, []))))
+    s["rows"].append(
+        {
+            "noise": med([foreign(r) for rr in rows.values() for r in rr if foreign(r) is not None]),
+            "title": "P3d no-op tasks/s, 32 clients, the peer's Redis on `appendfsync always`",
+            "unit": "/s",
+            "values": values,
+            "ratios": {n: med(ratios(recs, MEASURE, "c32", n, peer=KEY)) for n in mcp},
+            "floor": "the peer on a Redis of its own (`appendonly yes`, `appendfsync always`); "
+            f"CPU per task, ms: {cpu}",
+            "goal": "≥ 1.5× peer",
+            "higher_better": True,
+        }
+    )
+    s["p3d_cpu_per_task"] = {n: _cpu_per_task_ms(rows.get(n, [])) for n in [*mcp, KEY]}
 
 
 #: The process groups of a run's CPU record, in the order the report gives them.
@@ -309,6 +340,12 @@ def goal_lines(results: dict[str, Any], s: dict[str, Any]) -> list[str]:
         f"- **P3** ({label(n) if n != '–' else '–'}): {fr(r)} fastmcp-tasks (goal ≥ 1.5×): "
         f"**{'met' if r >= 1.5 else 'not met'}**"
     )
+    if "P3d no-op tasks/s, 32 clients, the peer's Redis on `appendfsync always`" in rows:
+        n, r = best("P3d no-op tasks/s, 32 clients, the peer's Redis on `appendfsync always`")
+        lines.append(
+            f"- **P3d** ({label(n) if n != '–' else '–'}): {fr(r)} fastmcp-tasks on `appendfsync always` "
+            f"(goal ≥ 1.5×): **{'met' if r >= 1.5 else 'not met'}**"
+        )
     p4 = results.get("p4")
     if p4 and "large" in p4:
         pr = p4["purge_run"]

@@ -20,7 +20,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from bench import celery_floor, envs, measures, procs, profiling, report, scale
+from bench import celery_floor, durable_peer, envs, measures, procs, profiling, report, scale
 from bench.measures import Config, log
 from bench.stacks import Bench, Services
 
@@ -103,7 +103,7 @@ def database_settings(bench: Bench) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(prog="python3 -m bench", description=__doc__)
     ap.add_argument("--quick", action="store_true", help="a short pass (a few minutes)")
-    ap.add_argument("--skip", default="", help="comma list of: P1,P2,P3,floor3,P4,sweeps,profile,pgbench")
+    ap.add_argument("--skip", default="", help="comma list of: P1,P2,P3,P3d,floor3,P4,sweeps,profile,pgbench")
     ap.add_argument("--mcptasks", default="uvicorn,gunicorn", help="mcptasks web configurations to run")
     ap.add_argument("--peer-web-workers", type=int, default=2)
     ap.add_argument(
@@ -234,6 +234,8 @@ def main() -> None:
                     )
         elif floor is not None:
             results["records"] += celery_floor.rounds(bench, cfg)
+        if durable_peer.MEASURE.lower() not in skip:
+            results["records"] += durable_peer.run(bench, cfg, mcp_names[0], args.peer_web_workers)
         if "profile" not in skip and not cfg.quick:
             try:
                 results.setdefault("profile", {}).update(profiling.run(bench, workdir, mcp_names, seeds, "rest"))
