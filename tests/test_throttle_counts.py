@@ -251,3 +251,26 @@ def test_polls_are_throttled_on_the_loop_without_a_redis_client(settings):
         return limits.poll_throttle_on_loop()
 
     assert asyncio.run(on_loop()) is False, "counted in a local-memory cache itself: polls go to a thread"
+
+
+def test_a_forked_process_counts_on_its_own(settings):
+    """A web server that forks its workers after the app counted (a preloaded
+    app) gives each child counters of its own, with a sync thread of its own."""
+    settings.MCPTASKS = {**settings.MCPTASKS, "THROTTLE_SYNC_MS": 50}
+    parent = limits.local_counts()
+    assert parent is not None and parent.admit("k", 1, window_end(), 61)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report, then leave without running pytest's exit
+        try:
+            child = limits.local_counts()
+            fresh = child is not None and child is not parent and child.admit("k", 1, window_end(), 61)
+            os.write(write, b"fresh" if fresh else b"inherited")
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        said = pipe.read()
+    os.waitpid(pid, 0)
+    assert said == b"fresh"
+    assert not parent.admit("k", 1, window_end(), 61), "the parent's own count is unchanged"

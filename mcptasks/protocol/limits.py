@@ -322,14 +322,20 @@ def push_counts(batch: Sequence[Push]) -> list[int]:
 
 
 def forget_local_counts() -> None:
-    """Drop the process's counters (settings changed, or a forked child)."""
+    """Drop the process's counters (the settings changed)."""
     global _local_counts
     if _local_counts is not None:
         _local_counts.close()
     _local_counts = None
 
 
-os.register_at_fork(after_in_child=forget_local_counts)
+def _forget_in_child() -> None:
+    # Not close(): another thread of the parent may have held its lock at the fork.
+    global _local_counts
+    _local_counts = None
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
 
 
 @receiver(setting_changed)
