@@ -34,6 +34,8 @@ def label(name: str) -> str:
         return RUN_LABEL
     if name == "peer1":
         return PEER_SINGLE_LABEL
+    if name == "peer-fsync":
+        return "fastmcp-tasks, Redis appendfsync always"
     if name == "peer":
         return PEER_LABEL if _peer_workers == 2 else PEER_LABEL.replace(" ×2", f" ×{_peer_workers}").replace(" ×1", "")
     return MCP_WEB[name]["label"]
@@ -250,7 +252,36 @@ def summarize(results: dict[str, Any], names: list[str] | None = None, peer: str
             f"{label(n)} {text}" for n in names if (text := _cpu_per_task(runs.get(n, [])))
         )
         s["throughput_cpu_per_task"] = {n: _cpu_per_task_ms(runs.get(n, [])) for n in names}
+    if peer == "peer":
+        _durable_peer_row(recs, names, mcp, s)
     return s
+
+
+def _durable_peer_row(recs: list[dict], names: list[str], mcp: list[str], s: dict[str, Any]) -> None:
+    """Throughput against the peer on a Redis that fsyncs every write
+    (bench/durable_peer.py); its values sit in the peer's column."""
+    from bench.durable_peer import KEY, MEASURE
+
+    rows = by(recs, MEASURE, "c32")
+    if not rows.get(KEY):
+        return
+    values = {n: med([r["value"] for r in rows.get(n, [])]) for n in mcp}
+    values.update({n: med([r["value"] for r in rows[KEY]]) for n in names if n not in mcp})
+    cpu = "; ".join(f"{label(n)} {text}" for n in [*mcp, KEY] if (text := _cpu_per_task(rows.get(n, []))))
+    s["rows"].append(
+        {
+            "noise": med([foreign(r) for rr in rows.values() for r in rr if foreign(r) is not None]),
+            "title": "no-op tasks/s, create→terminal, 32 clients, the peer's Redis on `appendfsync always`",
+            "unit": "/s",
+            "values": values,
+            "ratios": {n: med(ratios(recs, MEASURE, "c32", n, peer=KEY)) for n in mcp},
+            "floor": "the peer on a Redis of its own (`appendonly yes`, `appendfsync always`); "
+            f"CPU per task, ms: {cpu}",
+            "goal": "≥ 1.5× peer",
+            "higher_better": True,
+        }
+    )
+    s["throughput_durable_peer_cpu_per_task"] = {n: _cpu_per_task_ms(rows.get(n, [])) for n in [*mcp, KEY]}
 
 
 #: The process groups of a run's CPU record, in the order the report gives them.
@@ -259,7 +290,7 @@ _CPU_GROUPS = ("web", "workers", "postgres", "redis")
 
 def _cpu_per_task_ms(runs: list[dict]) -> dict[str, float]:
     """Median CPU milliseconds each process group spent per completed task
-    (P3): where a task's cost goes, and so where the floor of a design is."""
+    (throughput): where a task's cost goes, and so where the floor of a design is."""
     out: dict[str, float] = {}
     for group in (*_CPU_GROUPS, "stack"):
         values = []
@@ -338,6 +369,13 @@ def goal_lines(results: dict[str, Any], s: dict[str, Any]) -> list[str]:
         f"- **throughput** ({label(n) if n != '–' else '–'}): {fr(r)} fastmcp-tasks (goal ≥ 1.5×): "
         f"**{'met' if r >= 1.5 else 'not met'}**"
     )
+    title = "no-op tasks/s, create→terminal, 32 clients, the peer's Redis on `appendfsync always`"
+    if title in rows:
+        n, r = best(title)
+        lines.append(
+            f"- **throughput, durable peer** ({label(n) if n != '–' else '–'}): {fr(r)} fastmcp-tasks on "
+            f"`appendfsync always` (goal ≥ 1.5×): **{'met' if r >= 1.5 else 'not met'}**"
+        )
     scaled = results.get("scale")
     if scaled and "large" in scaled:
         pr = scaled["purge_run"]

@@ -156,6 +156,10 @@ class Web:
     runs_own_workers: bool = False
     #: Processes that execute tasks for this contender (throughput per process).
     executing_processes: int = 0
+    #: Worker processes of this contender alone (the durable peer); empty: the bench's shared ones.
+    workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    #: A Redis server of this contender alone (the durable peer), its CPU group.
+    redis_server: subprocess.Popen[bytes] | None = None
 
     def pids(self) -> list[int]:
         return [self.proc.pid]
@@ -219,11 +223,11 @@ class Bench:
         env.update(extra)
         return env
 
-    def peer_env(self, docket: str | None = None) -> dict[str, str]:
+    def peer_env(self, docket: str | None = None, redis_url: str | None = None) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("MCP_", "FASTMCP_"))}
         env.update(
             {
-                "FASTMCP_DOCKET_URL": self.services.redis_url,
+                "FASTMCP_DOCKET_URL": redis_url or self.services.redis_url,
                 "FASTMCP_DOCKET_NAME": docket or self.docket,
                 "BENCH_POLL_INTERVAL_MS": str(self.poll_interval_ms),
                 "FASTMCP_LOG_LEVEL": "WARNING",
@@ -408,18 +412,20 @@ class Bench:
                 "postgres": lambda: procs.postgres_backends(name),
                 "redis": procs.redis_servers,
             }
-        pw = [p.pid for p in self.peer_workers]
+        pw = [p.pid for p in web.workers or self.peer_workers]
+        server = web.redis_server
         return {
             "web": lambda: procs.tree(web.pids()),
             "workers": lambda: procs.tree(pw),
             "postgres": lambda: [],
-            "redis": procs.redis_servers,
+            "redis": (lambda: procs.tree([server.pid])) if server is not None else procs.redis_servers,
         }
 
     def all_groups(self) -> dict[str, Callable[[], list]]:
         pids = [w.proc.pid for w in self.webs.values()]
         pids += [p.pid for p in [self.mcp_workers, *self.mcp_more_workers] if p is not None]
         pids += [p.pid for p in self.peer_workers]
+        pids += [p.pid for w in self.webs.values() for p in (*w.workers, w.redis_server) if p is not None]
         db = self.db
         return {"stack": lambda: procs.tree(pids), "postgres": lambda: procs.postgres_backends(db)}
 

@@ -20,7 +20,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from bench import celery_floor, envs, measures, procs, profiling, report, scale
+from bench import celery_floor, durable_peer, envs, measures, procs, profiling, report, scale
 from bench.measures import Config, log
 from bench.stacks import Bench, Services
 
@@ -107,7 +107,8 @@ def main() -> None:
     ap.add_argument(
         "--skip",
         default="",
-        help="comma list of: polls,call-latency,throughput,celery-floor,scale,sweeps,profile,pgbench",
+        help="comma list of: polls,call-latency,throughput,throughput-durable-peer,celery-floor,scale,"
+        "sweeps,profile,pgbench",
     )
     ap.add_argument("--mcptasks", default="uvicorn,gunicorn", help="mcptasks web configurations to run")
     ap.add_argument("--peer-web-workers", type=int, default=2)
@@ -243,6 +244,8 @@ def main() -> None:
                     )
         elif floor is not None:
             results["records"] += celery_floor.rounds(bench, cfg)
+        if durable_peer.MEASURE.lower() not in skip:
+            results["records"] += durable_peer.run(bench, cfg, mcp_names[0], args.peer_web_workers)
         if "profile" not in skip and not cfg.quick:
             try:
                 results.setdefault("profile", {}).update(profiling.run(bench, workdir, mcp_names, seeds, "rest"))

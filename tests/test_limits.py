@@ -380,13 +380,15 @@ def test_unlisted_kind_is_not_throttled(rpc, limit):
 
 
 def test_requests_are_served_uncounted_while_the_throttle_cache_is_down(rpc, limit, settings, caplog):
-    """A shared throttle cache (Redis) that is down does not take the endpoint with it."""
+    """A shared throttle cache (Redis) that is down does not take the endpoint
+    with it (counted in the cache itself, ``THROTTLE_SYNC_MS`` 0; for the
+    counts kept in the process see tests/test_throttle_counts.py)."""
     settings.CACHES = {
         **settings.CACHES,
         # Nothing listens on port 1: every cache call fails to connect.
         "down": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": "redis://127.0.0.1:1/0"},
     }
-    limit(THROTTLE_RATES={"call": "1/m"}, THROTTLE_CACHE="down")
+    limit(THROTTLE_RATES={"call": "1/m"}, THROTTLE_CACHE="down", THROTTLE_SYNC_MS=0)
     for _ in range(3):
         assert rpc.call_tool("greet", {"name": "a"}).ok
     assert "throttle cache 'down' unavailable" in caplog.text
@@ -441,9 +443,10 @@ def test_a_redis_throttle_cache_keeps_one_connection_across_requests(rpc, limit,
 
 
 def test_a_redis_throttle_cache_counts_exactly(rpc, limit, redis_throttle):
-    """The Redis counter (one pipelined SET NX EX + INCR per request) allows
-    exactly the rate, answers 429 past it, and its key expires with the window."""
-    limit(THROTTLE_RATES={"call": "3/m"})
+    """Counted in Redis itself (``THROTTLE_SYNC_MS`` 0), the counter (one
+    pipelined SET NX EX + INCR per request) allows exactly the rate, answers
+    429 past it, and its key expires with the window."""
+    limit(THROTTLE_RATES={"call": "3/m"}, THROTTLE_SYNC_MS=0)
     assert [rpc.call_tool("greet", {"name": "a"}).ok for _ in range(3)] == [True] * 3
     assert_rate_limited(rpc.call_tool("greet", {"name": "a"}), at_most_seconds=60)
     keys = list(redis_throttle.scan_iter(f"{redis_throttle.mcptasks_name}:*throttle:call:*"))
