@@ -1,6 +1,8 @@
 """The suite runs on a site of its own (tests/testapp/), never on the example
 site: the pytest settings, the test site and the live stacks' processes
-import nothing from ``project``."""
+import nothing from ``project``. The example site's own tests, in
+project/tests/, are the only ones that start a stack of it (as
+tests/test_live_fresh_run.py starts it through ``bin/run``)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,13 @@ from tests.support import live
 
 REPO = Path(__file__).resolve().parents[1]
 TEST_SITE = REPO / "tests" / "testapp"
+#: Settings a live stack runs on beside the test site's, which build on it.
+STACK_SETTINGS = [
+    REPO / "tests" / "support" / "cimd_loopback_settings.py",
+    REPO / "tests" / "support" / "cimd_loopback.py",
+]
+#: Where the tests are: the suite's, and the example site's own.
+TEST_DIRS = [REPO / "tests", REPO / "project" / "tests"]
 
 #: What a test process loads: the pytest settings, and every module of the
 #: test site that the live stacks' web and worker processes import.
@@ -77,7 +86,7 @@ def imported_modules(path: Path) -> list[str]:
 
 
 def test_no_module_of_the_test_site_imports_the_example_site() -> None:
-    sources = [REPO / "tests" / "settings.py", *sorted(TEST_SITE.rglob("*.py"))]
+    sources = [REPO / "tests" / "settings.py", *sorted(TEST_SITE.rglob("*.py")), *STACK_SETTINGS]
     assert len(sources) > 5
     found = {str(path.relative_to(REPO)): from_the_example_site(imported_modules(path)) for path in sources}
     assert {path: names for path, names in found.items() if names} == {}
@@ -96,13 +105,45 @@ def test_the_live_stacks_run_the_test_site() -> None:
     assert live.celery_argv("worker")[3:5] == ["-A", "tests.testapp"]
 
 
+def test_a_stack_of_the_example_site_runs_the_example_site(tmp_path: Path) -> None:
+    site = live.EXAMPLE_SITE
+    assert live.base_env(site=site)["DJANGO_SETTINGS_MODULE"] == "project.settings"
+    stack = live.LiveStack(
+        url="http://127.0.0.1:1/mcp",
+        port=1,
+        database_url="postgres://127.0.0.1/x",
+        db_name="x",
+        broker_url="redis://127.0.0.1/0",
+        queue="q",
+        env={},
+        log_dir=tmp_path,
+        site=site,
+    )
+    assert stack.web_argv()[3] == "project.asgi:application"
+    assert stack.worker_argv(0)[3:5] == ["-A", "project"]
+
+
+def test_only_the_example_sites_own_tests_start_a_stack_of_it() -> None:
+    naming = [
+        path.relative_to(REPO).as_posix()
+        for directory in TEST_DIRS
+        for path in sorted(directory.rglob("*.py"))
+        if path not in (Path(__file__).resolve(), Path(live.__file__).resolve()) and "EXAMPLE_SITE" in path.read_text()
+    ]
+    assert "project/tests/test_live_authorization_server.py" in naming
+    assert [path for path in naming if not path.startswith("project/tests/")] == []
+
+
 def test_every_live_test_is_in_a_test_live_file() -> None:
     """File names match markers: a test module that uses the ``live`` marker
-    is named ``test_live_*.py``, so ``-m "not live"`` and the names agree."""
+    is named ``test_live_*.py``, so ``-m "not live"`` and the names agree;
+    in the example site's tests too."""
     marked = [
         path.relative_to(REPO).as_posix()
-        for path in sorted((REPO / "tests").rglob("test_*.py"))
+        for directory in TEST_DIRS
+        for path in sorted(directory.rglob("test_*.py"))
         if path != Path(__file__).resolve() and "pytest.mark.live" in path.read_text()
     ]
     assert len(marked) > 10
+    assert "project/tests/test_live_authorization_server.py" in marked
     assert [path for path in marked if not path.rpartition("/")[2].startswith("test_live_")] == []

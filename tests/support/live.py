@@ -42,10 +42,25 @@ REPO = Path(__file__).resolve().parents[2]
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/mcptasks"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
-#: The site the stacks run: the test site (tests/testapp/), never the example site.
-SITE_SETTINGS = "tests.testapp.settings"
-SITE_ASGI = "tests.testapp.asgi:application"
-SITE_CELERY = "tests.testapp"
+
+@dataclass(frozen=True)
+class Site:
+    """What a stack's processes run: a settings module, an ASGI application
+    and a Celery app."""
+
+    settings: str
+    asgi: str
+    celery: str
+
+
+#: The site the stacks run: the test site (tests/testapp/).
+TEST_SITE = Site("tests.testapp.settings", "tests.testapp.asgi:application", "tests.testapp")
+#: The example site (project/), for its own live tests in project/tests/ only
+#: (tests/test_test_site.py checks that nothing under tests/ runs it).
+EXAMPLE_SITE = Site("project.settings", "project.asgi:application", "project")
+SITE_SETTINGS = TEST_SITE.settings
+SITE_ASGI = TEST_SITE.asgi
+SITE_CELERY = TEST_SITE.celery
 
 #: Short lease and heartbeat so that recovery after a dead worker takes seconds.
 LIVE_SETTINGS = {
@@ -57,7 +72,7 @@ LIVE_SETTINGS = {
     "MCP_ALLOW_ANONYMOUS": "true",
     "MCP_LOG_LEVEL": "WARNING",
     "CONN_MAX_AGE": "0",
-    # Every test client signs in from 127.0.0.1: the sign-in throttle's
+    # The example site's stacks: every test client signs in from 127.0.0.1, the sign-in throttle's
     # per-address count would add up across a module's tests.
     "SIGN_IN_FAILURE_LIMIT": "1000",
 }
@@ -77,9 +92,9 @@ def psycopg_dsn(url: str) -> str:
     return urlunsplit(("postgresql", parts.netloc, parts.path, parts.query, parts.fragment))
 
 
-def base_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+def base_env(extra: Mapping[str, str] | None = None, *, site: Site = TEST_SITE) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in _SCRUB and not k.startswith("MCP_")}
-    env.update({"DJANGO_SETTINGS_MODULE": SITE_SETTINGS, "PYTHONUNBUFFERED": "1"})
+    env.update({"DJANGO_SETTINGS_MODULE": site.settings, "PYTHONUNBUFFERED": "1"})
     env.update(extra or {})
     return env
 
@@ -100,16 +115,22 @@ def uvicorn_argv(
     return processes.uvicorn_argv(port, app, workers=workers, graceful_shutdown=graceful_shutdown, lifespan=False)
 
 
-def celery_argv(*args: str) -> list[str]:
-    """A ``celery`` command on the test site's app."""
-    return [sys.executable, "-m", "celery", "-A", SITE_CELERY, *args]
+def celery_argv(*args: str, site: Site = TEST_SITE) -> list[str]:
+    """A ``celery`` command on the site's app (the test site's unless told)."""
+    return [sys.executable, "-m", "celery", "-A", site.celery, *args]
 
 
 def celery_worker_argv(
-    queue: str, node: str, *, concurrency: int, pool: str = "prefork", heartbeat: bool = True
+    queue: str,
+    node: str,
+    *,
+    concurrency: int,
+    pool: str = "prefork",
+    heartbeat: bool = True,
+    site: Site = TEST_SITE,
 ) -> list[str]:
     """The command of a Celery worker consuming ``queue`` as node ``node@<host>``."""
-    argv = celery_argv("worker", "-Q", queue, "-n", f"{node}@%h", "--concurrency", str(concurrency))
+    argv = celery_argv("worker", "-Q", queue, "-n", f"{node}@%h", "--concurrency", str(concurrency), site=site)
     argv += ["--pool", pool, "--loglevel", "WARNING", "--without-gossip", "--without-mingle"]
     if not heartbeat:
         argv.append("--without-heartbeat")
@@ -136,6 +157,7 @@ class LiveStack:
     workers: int = 1
     concurrency: int = 2
     web_workers: int = 1
+    site: Site = TEST_SITE
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     argv: dict[str, list[str]] = field(default_factory=dict)
     restarts: dict[str, int] = field(default_factory=dict)
@@ -213,11 +235,15 @@ class LiveStack:
     # Processes ----------------------------------------------------------------------------
 
     def web_argv(self) -> list[str]:
-        return uvicorn_argv(self.port, workers=self.web_workers, graceful_shutdown=self.graceful_shutdown)
+        return uvicorn_argv(
+            self.port, self.site.asgi, workers=self.web_workers, graceful_shutdown=self.graceful_shutdown
+        )
 
     def worker_argv(self, index: int) -> list[str]:
         node = f"worker{index}-{self.queue}"
-        return celery_worker_argv(self.queue, node, concurrency=self.concurrency, heartbeat=self.worker_heartbeat)
+        return celery_worker_argv(
+            self.queue, node, concurrency=self.concurrency, heartbeat=self.worker_heartbeat, site=self.site
+        )
 
     def launch(self) -> None:
         """Start the tool workers and the web process; return once the web answers."""
@@ -332,7 +358,8 @@ def new_stack(
             "CELERY_BROKER_URL": redis_url,
             "REDIS_URL": redis_url,
             "MCP_CELERY_QUEUE": queue,
-        }
+        },
+        site=fields.get("site", TEST_SITE),
     )
     log_dir.mkdir(parents=True, exist_ok=True)
     stack = stack_type(
@@ -385,8 +412,10 @@ def start_stack(
     redis_url: str | None = None,
     settings: Mapping[str, str] | None = None,
     concurrency: int = 2,
+    site: Site = TEST_SITE,
 ) -> LiveStack:
-    """Create and migrate a database, start web and worker, wait until ready."""
+    """Create and migrate a database, start web and worker, wait until ready:
+    the test site's, or the example site's for its own tests."""
     return launch_stack(
         LiveStack,
         log_dir,
@@ -395,6 +424,7 @@ def start_stack(
         settings={**LIVE_SETTINGS, **dict(settings or {})},
         name="live",
         concurrency=concurrency,
+        site=site,
     )
 
 

@@ -38,6 +38,8 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "oauth2_provider",
     "mcptasks",
+    # Revokes the tokens of a user who is deactivated.
+    "mcptasks.oauth",
     "tests.testapp",
 ]
 
@@ -183,6 +185,10 @@ OAUTH2_PROVIDER = {
     "DCR_ENABLED": True,
     "DCR_REGISTRATION_PERMISSION_CLASSES": ("mcptasks.oauth.registration.MCPClientRegistrationPermission",),
     "CIMD_ENABLED": True,
+    # One deadline over each whole document fetch, and the registration rules
+    # for the documents; tokens of deactivated users refused.
+    "CIMD_METADATA_FETCHER": "mcptasks.oauth.cimd.MCPClientMetadataFetcher",
+    "OAUTH2_VALIDATOR_CLASS": "mcptasks.oauth.validators.ActiveUserOAuth2Validator",
 }
 LOGIN_URL = "/accounts/login/"
 

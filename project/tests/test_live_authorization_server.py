@@ -1,8 +1,9 @@
-"""The example site's authorization server pushed on from outside, against the
-live stack (uvicorn + Celery, Postgres, Redis) with anonymous access off: a
-registration body nested too deeply, and guessing on the login page and the
-token endpoint. Every request here comes from 127.0.0.1, so the guesses that
-lock the address come last. In-process details: tests/test_authorization_server.py.
+"""The example site's authorization server pushed on from outside, against a
+live stack of the example site (uvicorn + Celery on ``project.settings``,
+Postgres, Redis) with anonymous access off: a registration body nested too
+deeply, and guessing on the login page and the token endpoint. Every request
+here comes from 127.0.0.1, so the guesses that lock the address come last.
+In-process details: project/tests/test_authorization_server.py.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[live.LiveStack]:
     stack = live.start_stack(
         tmp_path_factory.mktemp("as-stack"),
         settings={"MCP_ALLOW_ANONYMOUS": "false", "SIGN_IN_FAILURE_LIMIT": str(LIMIT)},
+        site=live.EXAMPLE_SITE,
     )
     try:
         stack.shell(

@@ -5,7 +5,7 @@ settings read it unless ``SECRET_KEY`` is set in the environment or ``.env``.
 
 Each case runs on a copy of the example site's package in a folder of its
 own, so that the checkout's own ``var/`` and ``.env`` are never touched.
-tests/test_fresh_run.py checks the same through ``bin/run`` itself.
+tests/test_live_fresh_run.py checks the same through ``bin/run`` itself.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 from project.secret_key import DEVELOPMENT_KEY, make_key, read_key
-from tests.support import live
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_make_key_makes_a_private_random_key_once(tmp_path: Path):
@@ -54,14 +55,14 @@ def test_starts_at_once_agree_on_one_key(tmp_path: Path):
 @pytest.fixture
 def site(tmp_path: Path) -> Path:
     """A folder holding a copy of ``project/`` and nothing else of the checkout."""
-    shutil.copytree(live.REPO / "project", tmp_path / "project", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "project", tmp_path / "project", ignore=shutil.ignore_patterns("__pycache__"))
     return tmp_path
 
 
 def run_in(site: Path, code: list[str], env_extra: dict[str, str] | None = None) -> str:
     env = {k: v for k, v in os.environ.items() if k not in ("SECRET_KEY", "DJANGO_SETTINGS_MODULE")}
     # The copy's ``project`` first (the current folder), the checkout's ``mcptasks`` after it.
-    env.update({"PYTHONPATH": str(live.REPO), "DJANGO_SETTINGS_MODULE": "project.settings", **(env_extra or {})})
+    env.update({"PYTHONPATH": str(REPO), "DJANGO_SETTINGS_MODULE": "project.settings", **(env_extra or {})})
     done = subprocess.run([sys.executable, *code], cwd=site, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
