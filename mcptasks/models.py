@@ -151,6 +151,9 @@ class Task(models.Model):
     #: First read of a finished task's outcome (the retrieval audit): on the
     #: row, so a poll of a finished task needs no second query.
     outcome_read_at = models.DateTimeField(null=True, blank=True)
+    # Set once a web process's poll snapshot may keep the task: from then on
+    # every change of what a poll reads is announced (migration 0009's trigger).
+    snapshot_watched = models.BooleanField(default=False, editable=False)
 
     objects = TaskManager()
 

@@ -176,7 +176,12 @@ def test_a_committed_change_drops_the_row():
     async def scenario() -> tuple[bool, bool, bool]:
         snapshot = await listening()
         await poll_snapshot.lookup(task.id, task.owner, loop_reads.lookup)
+        assert snapshot.cached(task.id, task.owner) is None, "a task polled once is not kept"
+        await change(task.id, status_message="unwatched", updated_at=timezone.now())
+        assert await snapshot.fence() and snapshot.stats().invalidated == 0, "a task nobody keeps is silent"
+        await poll_snapshot.lookup(task.id, task.owner, loop_reads.lookup)
         kept = snapshot.cached(task.id, task.owner) is not None
+        assert await asyncio.to_thread(lambda: Task.objects.filter(pk=task.id, snapshot_watched=True).exists())
         await change(task.id, lease_expires_at=timezone.now() + timedelta(minutes=5))  # not polled
         await change(task.id, status_message="half way", updated_at=timezone.now())
         await until(lambda: snapshot.cached(task.id, task.owner) is None, "the change never arrived")
@@ -208,7 +213,7 @@ def test_a_read_finished_task_is_served_without_a_read():
         return [a.status if a else None for a in answers]
 
     assert run_on_loop(scenario) == ["completed"] * 5
-    assert reads == [task.id, task.id], "one read for the owner, one for the foreign caller"
+    assert reads == [task.id] * 3, "two reads for the owner (the second keeps the row), one for the foreign caller"
 
 
 @on_postgres
@@ -230,7 +235,8 @@ def test_a_reconnect_flushes_and_nothing_is_served_while_down():
 
     async def scenario() -> None:
         snapshot = await listening()
-        await poll_snapshot.lookup(task.id, task.owner, loop_reads.lookup)
+        for _ in range(2):
+            await poll_snapshot.lookup(task.id, task.owner, loop_reads.lookup)
         assert snapshot.cached(task.id, task.owner) is not None
         flushes = snapshot.stats().flushes
         pid = snapshot.connections[0].pgconn.backend_pid
@@ -291,7 +297,7 @@ def test_polls_through_the_route_see_a_change_at_once(settings, redis_poll_throt
         snapshot = await listening()
         created = await send("tools/call", {"name": "slow_compute", "arguments": {"seconds": 1}})
         task_id = created["taskId"]
-        for _ in range(3):
+        for _ in range(4):
             assert (await send("tasks/get", {"taskId": task_id}))["status"] == "working"
         assert snapshot.stats().served >= 2, "polls of an unchanged task were read"
         await change(task_id, status_message="almost", updated_at=timezone.now())

@@ -1,15 +1,20 @@
-"""A NOTIFY for every committed change of what a poll reads (Postgres only).
+"""A NOTIFY for every committed change of what a poll reads, for the tasks a
+poll snapshot may keep (Postgres only).
 
 The web processes' poll snapshots (``mcptasks.tasks.poll_snapshot``) drop a
-task when it arrives. The trigger fires only when a column of the poll's row
-changes (so lease renewals and dispatch marks stay silent) and on DELETE.
-Other databases get nothing: they have no snapshot.
+task when its id arrives. The trigger fires only for a task marked
+``snapshot_watched`` (a snapshot marks a task before it keeps it), and only
+when a column of the poll's row changes (so lease renewals stay silent) or the
+row is deleted: a commit that notifies waits for Postgres's notification lock,
+so tasks nobody polls repeatedly cost nothing. Other databases get the column
+only: they have no snapshot.
 """
 
-from django.db import migrations
+from django.db import migrations, models
 
 CHANNEL = "mcptasks_task"
 FUNCTION = "mcptasks_task_changed"
+WATCHED = "snapshot_watched"
 # The columns of TaskManager.lookup's row (tests check that the two agree).
 POLLED_COLUMNS = (
     "status",
@@ -41,10 +46,11 @@ def create_trigger(apps, schema_editor):
     )
     schema_editor.execute(
         f"CREATE TRIGGER {FUNCTION}_update AFTER UPDATE ON {table} FOR EACH ROW "
-        f"WHEN (ROW({old}) IS DISTINCT FROM ROW({new})) EXECUTE FUNCTION {FUNCTION}()"
+        f"WHEN (OLD.{WATCHED} AND ROW({old}) IS DISTINCT FROM ROW({new})) EXECUTE FUNCTION {FUNCTION}()"
     )
     schema_editor.execute(
-        f"CREATE TRIGGER {FUNCTION}_delete AFTER DELETE ON {table} FOR EACH ROW EXECUTE FUNCTION {FUNCTION}()"
+        f"CREATE TRIGGER {FUNCTION}_delete AFTER DELETE ON {table} FOR EACH ROW "
+        f"WHEN (OLD.{WATCHED}) EXECUTE FUNCTION {FUNCTION}()"
     )
 
 
@@ -63,5 +69,10 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
+        migrations.AddField(
+            model_name="task",
+            name=WATCHED,
+            field=models.BooleanField(default=False, editable=False),
+        ),
         migrations.RunPython(create_trigger, drop_trigger),
     ]

@@ -22,7 +22,11 @@ snapshot", for the argument):
   here is not older than any change the caller could have seen;
 - a row read from the database is kept only if no notification for its task
   was applied after the read began (``token`` / ``store``), so a row read just
-  before a change never outlives the change's notification.
+  before a change never outlives the change's notification;
+- the trigger notifies only for tasks marked ``snapshot_watched``, since a
+  commit that notifies waits for Postgres's one notification lock. A task is
+  marked (committed) before the read of any row that is kept, on its second
+  poll in this process: tasks polled once (most of a busy site's) stay silent.
 
 Rows are keyed by task id and answer only their owner: another caller's poll
 misses and reads the database, which finds nothing of theirs, as today. The
@@ -54,6 +58,8 @@ logger = logging.getLogger("mcptasks.poll_snapshot")
 CHANNEL = "mcptasks_task"
 #: How long a poll waits for its fence before it reads the database instead.
 FENCE_TIMEOUT_SECONDS = 1.0
+#: The snapshot's connections as ``pg_stat_activity`` names them.
+APPLICATION_NAME = "mcptasks poll snapshot"
 #: Pause before the listener connects again after losing its connection.
 RECONNECT_SECONDS = 0.5
 
@@ -69,6 +75,7 @@ class Stats:
     fences: int
     invalidated: int
     flushes: int
+    marked: int
 
 
 class Snapshot:
@@ -79,7 +86,7 @@ class Snapshot:
         connection = connections[alias]
         params = connection.get_connection_params()
         params.pop("cursor_factory", None)  # Django's is synchronous
-        self.params = params
+        self.params = {**params, "application_name": APPLICATION_NAME}
         self.capacity = max(1, capacity)
         self.sync_channel = f"mcptasks_sync_{secrets.token_hex(8)}"
         self.rows: dict[str, Task] = {}
@@ -98,7 +105,10 @@ class Snapshot:
         self.sender_conn: Any = None
         self.listener: asyncio.Task[None] | None = None
         self.connections: list[Any] = []
-        self.counts = {"served": 0, "read": 0, "fences": 0, "invalidated": 0, "flushes": 0}
+        # Tasks polled once here, and tasks this process marked watched.
+        self.seen: dict[str, None] = {}
+        self.marked: dict[str, None] = {}
+        self.counts = {"served": 0, "read": 0, "fences": 0, "invalidated": 0, "flushes": 0, "marked": 0}
 
     # The narrow API: lookup, store, invalidate, fence ---------------------------------
 
@@ -157,6 +167,45 @@ class Snapshot:
         except TimeoutError:
             return False
 
+    async def watch(self, task_id: str, owner: str) -> bool:
+        """Whether a row of ``task_id`` read from now on may be kept: on the
+        task's second poll here, mark it watched (committed before the read,
+        so every later change notifies); ``False`` on its first poll."""
+        if task_id in self.marked:
+            return True
+        if task_id not in self.seen:
+            _remember(self.seen, task_id, 4 * self.capacity)
+            return False
+        import psycopg
+
+        try:
+            conn = await self._sender_connection()
+            await conn.execute(self.mark_sql, [task_id, owner])
+        except psycopg.Error:
+            logger.warning("the poll snapshot could not mark a task", exc_info=True)
+            self._drop_sender()
+            return False
+        self.counts["marked"] += 1
+        _remember(self.marked, task_id, 4 * self.capacity)
+        return True
+
+    @property
+    def mark_sql(self) -> str:
+        table = connections[Task.objects.db].ops.quote_name(Task._meta.db_table)
+        return f"UPDATE {table} SET snapshot_watched = true WHERE id = %s AND owner = %s AND NOT snapshot_watched"
+
+    async def _sender_connection(self) -> Any:
+        import psycopg
+
+        if self.sender_conn is None or self.sender_conn.closed:
+            self.sender_conn = await psycopg.AsyncConnection.connect(**self.params, autocommit=True)
+            self.connections.append(self.sender_conn)
+        return self.sender_conn
+
+    def _drop_sender(self) -> None:
+        _close(self.sender_conn)
+        self.sender_conn = None
+
     # The listener ---------------------------------------------------------------------
 
     def start(self) -> None:
@@ -208,15 +257,12 @@ class Snapshot:
             marker = str(self.marker_count)
             self.markers[marker] = batch
             try:
-                if self.sender_conn is None or self.sender_conn.closed:
-                    self.sender_conn = await psycopg.AsyncConnection.connect(**self.params, autocommit=True)
-                    self.connections.append(self.sender_conn)
-                await self.sender_conn.execute("SELECT pg_notify(%s, %s)", [self.sync_channel, marker])
+                conn = await self._sender_connection()
+                await conn.execute("SELECT pg_notify(%s, %s)", [self.sync_channel, marker])
             except psycopg.Error:
                 logger.warning("the poll snapshot could not send its fence", exc_info=True)
                 self.markers.pop(marker, None)
-                _close(self.sender_conn)
-                self.sender_conn = None
+                self._drop_sender()
                 if not batch.done():
                     batch.set_result(False)
                 continue
@@ -259,6 +305,14 @@ def _keepable(task: Task) -> bool:
 
 def _expired(task: Task, now: datetime) -> bool:
     return task.ttl_ms is not None and now >= task.created_at + timedelta(milliseconds=task.ttl_ms)
+
+
+def _remember(ids: dict[str, None], task_id: str, most: int) -> None:
+    """Add ``task_id``, forgetting the oldest past ``most`` (forgetting only
+    costs a poll or a mark again)."""
+    ids[task_id] = None
+    if len(ids) > most:
+        ids.pop(next(iter(ids)))
 
 
 def _close(conn: Any) -> None:
@@ -304,10 +358,11 @@ async def lookup(task_id: str, owner: str, read: Reader) -> Task | None:
         if row is not None:
             snapshot.counts["served"] += 1
             return row
+    keep = snapshot.up and await snapshot.watch(task_id, owner)
     token = snapshot.token()
     task = await read(task_id, owner)
     snapshot.counts["read"] += 1
-    if task is not None:
+    if task is not None and keep:
         snapshot.store(task, token)
     return task
 
