@@ -351,3 +351,17 @@ def test_no_poll_is_older_than_a_change_committed_before_it():
     assert committed[0] > 20, "the writer hardly wrote"
     assert stats.served > 0 and stats.read > 0, f"the race never exercised both paths: {stats}"
     assert stats.fences > 0 and polls == stats.served + stats.read
+
+
+@on_postgres
+def test_concurrent_polls_mark_a_task_once():
+    task = running_task()
+
+    async def scenario() -> tuple[int, bool]:
+        snapshot = await listening()
+        await poll_snapshot.lookup(task.id, task.owner, loop_reads.lookup)  # polled once: not marked
+        assert snapshot.stats().marked == 0
+        await asyncio.gather(*(poll_snapshot.lookup(task.id, task.owner, loop_reads.lookup) for _ in range(8)))
+        return snapshot.stats().marked, snapshot.cached(task.id, task.owner) is not None
+
+    assert run_on_loop(scenario) == (1, True)

@@ -108,6 +108,7 @@ class Snapshot:
         # Tasks polled once here, and tasks this process marked watched.
         self.seen: dict[str, None] = {}
         self.marked: dict[str, None] = {}
+        self.marking: dict[str, asyncio.Future[bool]] = {}
         self.counts = {"served": 0, "read": 0, "fences": 0, "invalidated": 0, "flushes": 0, "marked": 0}
 
     # The narrow API: lookup, store, invalidate, fence ---------------------------------
@@ -176,6 +177,13 @@ class Snapshot:
         if task_id not in self.seen:
             _remember(self.seen, task_id, 4 * self.capacity)
             return False
+        marking = self.marking.get(task_id)
+        if marking is None:  # the first of concurrent polls marks for all of them
+            marking = self.marking[task_id] = asyncio.ensure_future(self._mark(task_id, owner))
+            marking.add_done_callback(lambda _: self.marking.pop(task_id, None))
+        return await asyncio.shield(marking)
+
+    async def _mark(self, task_id: str, owner: str) -> bool:
         import psycopg
 
         try:
