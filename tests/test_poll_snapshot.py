@@ -179,9 +179,11 @@ def test_a_committed_change_drops_the_row():
         assert snapshot.cached(task.id, task.owner) is None, "a task polled once is not kept"
         await change(task.id, status_message="unwatched", updated_at=timezone.now())
         assert await snapshot.fence() and snapshot.stats().invalidated == 0, "a task nobody keeps is silent"
+        await poll_snapshot.lookup(task.id, task.owner, loop_reads.lookup)  # marks it
+        assert await asyncio.to_thread(lambda: Task.objects.filter(pk=task.id, snapshot_watched=True).exists())
+        assert snapshot.cached(task.id, task.owner) is None, "a row read before the mark is not kept"
         await poll_snapshot.lookup(task.id, task.owner, loop_reads.lookup)
         kept = snapshot.cached(task.id, task.owner) is not None
-        assert await asyncio.to_thread(lambda: Task.objects.filter(pk=task.id, snapshot_watched=True).exists())
         await change(task.id, lease_expires_at=timezone.now() + timedelta(minutes=5))  # not polled
         await change(task.id, status_message="half way", updated_at=timezone.now())
         await until(lambda: snapshot.cached(task.id, task.owner) is None, "the change never arrived")
@@ -213,7 +215,7 @@ def test_a_read_finished_task_is_served_without_a_read():
         return [a.status if a else None for a in answers]
 
     assert run_on_loop(scenario) == ["completed"] * 5
-    assert reads == [task.id] * 3, "two reads for the owner (the second keeps the row), one for the foreign caller"
+    assert reads == [task.id] * 4, "three reads for the owner (the second marks, the third keeps), one foreign"
 
 
 @on_postgres
@@ -235,7 +237,7 @@ def test_a_reconnect_flushes_and_nothing_is_served_while_down():
 
     async def scenario() -> None:
         snapshot = await listening()
-        for _ in range(2):
+        for _ in range(3):
             await poll_snapshot.lookup(task.id, task.owner, loop_reads.lookup)
         assert snapshot.cached(task.id, task.owner) is not None
         flushes = snapshot.stats().flushes
@@ -297,7 +299,7 @@ def test_polls_through_the_route_see_a_change_at_once(settings, redis_poll_throt
         snapshot = await listening()
         created = await send("tools/call", {"name": "slow_compute", "arguments": {"seconds": 1}})
         task_id = created["taskId"]
-        for _ in range(4):
+        for _ in range(5):
             assert (await send("tasks/get", {"taskId": task_id}))["status"] == "working"
         assert snapshot.stats().served >= 2, "polls of an unchanged task were read"
         await change(task_id, status_message="almost", updated_at=timezone.now())
@@ -362,6 +364,24 @@ def test_concurrent_polls_mark_a_task_once():
         await poll_snapshot.lookup(task.id, task.owner, loop_reads.lookup)  # polled once: not marked
         assert snapshot.stats().marked == 0
         await asyncio.gather(*(poll_snapshot.lookup(task.id, task.owner, loop_reads.lookup) for _ in range(8)))
+        await poll_snapshot.lookup(task.id, task.owner, loop_reads.lookup)
         return snapshot.stats().marked, snapshot.cached(task.id, task.owner) is not None
 
     assert run_on_loop(scenario) == (1, True)
+
+
+@on_postgres
+def test_a_task_whose_second_poll_reads_its_outcome_first_is_not_marked():
+    """A client that polls a running task once and then reads its outcome
+    (the common case) leaves it unwatched: its changes stay silent."""
+    task = running_task()
+
+    async def scenario() -> int:
+        snapshot = await listening()
+        await poll_snapshot.lookup(task.id, task.owner, loop_reads.lookup)
+        await asyncio.to_thread(lambda: Task.objects.filter(pk=task.id).update(status=TaskStatus.COMPLETED))
+        await poll_snapshot.lookup(task.id, task.owner, loop_reads.lookup)  # the outcome, not yet read
+        return snapshot.stats().marked
+
+    assert run_on_loop(scenario) == 0
+    assert not Task.objects.get(pk=task.id).snapshot_watched

@@ -25,8 +25,10 @@ snapshot", for the argument):
   before a change never outlives the change's notification;
 - the trigger notifies only for tasks marked ``snapshot_watched``, since a
   commit that notifies waits for Postgres's one notification lock. A task is
-  marked (committed) before the read of any row that is kept, on its second
-  poll in this process: tasks polled once (most of a busy site's) stay silent.
+  marked when its second poll in this process reads a row that may be kept,
+  and only rows read after the mark committed are kept: tasks polled once,
+  or twice with the second poll reading their outcome the first time (most
+  of a busy site's), stay silent.
 
 Rows are keyed by task id and answer only their owner: another caller's poll
 misses and reads the database, which finds nothing of theirs, as today. The
@@ -168,20 +170,21 @@ class Snapshot:
         except TimeoutError:
             return False
 
-    async def watch(self, task_id: str, owner: str) -> bool:
-        """Whether a row of ``task_id`` read from now on may be kept: on the
-        task's second poll here, mark it watched (committed before the read,
-        so every later change notifies); ``False`` on its first poll."""
+    async def watch(self, task_id: str, owner: str) -> None:
+        """After a read found ``task``'s row keepable: on its second poll
+        here, mark it watched, so that rows read from then on may be kept
+        (every change committed after the mark notifies). Concurrent polls
+        share one mark."""
         if task_id in self.marked:
-            return True
+            return
         if task_id not in self.seen:
             _remember(self.seen, task_id, 4 * self.capacity)
-            return False
+            return
         marking = self.marking.get(task_id)
-        if marking is None:  # the first of concurrent polls marks for all of them
+        if marking is None:
             marking = self.marking[task_id] = asyncio.ensure_future(self._mark(task_id, owner))
             marking.add_done_callback(lambda _: self.marking.pop(task_id, None))
-        return await asyncio.shield(marking)
+        await asyncio.shield(marking)
 
     async def _mark(self, task_id: str, owner: str) -> bool:
         import psycopg
@@ -366,12 +369,15 @@ async def lookup(task_id: str, owner: str, read: Reader) -> Task | None:
         if row is not None:
             snapshot.counts["served"] += 1
             return row
-    keep = snapshot.up and await snapshot.watch(task_id, owner)
+    marked = task_id in snapshot.marked  # before the read: then its row may be kept
     token = snapshot.token()
     task = await read(task_id, owner)
     snapshot.counts["read"] += 1
-    if task is not None and keep:
-        snapshot.store(task, token)
+    if task is not None and snapshot.up and _keepable(task):
+        if marked:
+            snapshot.store(task, token)
+        else:
+            await snapshot.watch(task_id, owner)  # for the polls after this one
     return task
 
 
