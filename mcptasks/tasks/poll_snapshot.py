@@ -170,8 +170,8 @@ class Snapshot:
         except TimeoutError:
             return False
 
-    async def watch(self, task_id: str, owner: str) -> None:
-        """After a read found ``task``'s row keepable: on its second poll
+    async def watch(self, task_id: str) -> None:
+        """After a read found ``task_id``'s row keepable: on its second poll
         here, mark it watched, so that rows read from then on may be kept
         (every change committed after the mark notifies). Concurrent polls
         share one mark."""
@@ -182,16 +182,16 @@ class Snapshot:
             return
         marking = self.marking.get(task_id)
         if marking is None:
-            marking = self.marking[task_id] = asyncio.ensure_future(self._mark(task_id, owner))
+            marking = self.marking[task_id] = asyncio.ensure_future(self._mark(task_id))
             marking.add_done_callback(lambda _: self.marking.pop(task_id, None))
         await asyncio.shield(marking)
 
-    async def _mark(self, task_id: str, owner: str) -> bool:
+    async def _mark(self, task_id: str) -> bool:
         import psycopg
 
         try:
             conn = await self._sender_connection()
-            await conn.execute(self.mark_sql, [task_id, owner])
+            await conn.execute(self.mark_sql, [task_id])
         except psycopg.Error:
             logger.warning("the poll snapshot could not mark a task", exc_info=True)
             self._drop_sender()
@@ -203,7 +203,7 @@ class Snapshot:
     @property
     def mark_sql(self) -> str:
         table = connections[Task.objects.db].ops.quote_name(Task._meta.db_table)
-        return f"UPDATE {table} SET snapshot_watched = true WHERE id = %s AND owner = %s AND NOT snapshot_watched"
+        return f"UPDATE {table} SET snapshot_watched = true WHERE id = %s AND NOT snapshot_watched"
 
     async def _sender_connection(self) -> Any:
         import psycopg
@@ -377,7 +377,7 @@ async def lookup(task_id: str, owner: str, read: Reader) -> Task | None:
         if marked:
             snapshot.store(task, token)
         else:
-            await snapshot.watch(task_id, owner)  # for the polls after this one
+            await snapshot.watch(task_id)  # for the polls after this one
     return task
 
 
