@@ -170,6 +170,23 @@ def test_the_trigger_watches_every_column_a_poll_reads():
 
 
 @on_postgres
+def test_the_migration_reverses_and_reapplies():
+    from django.apps import apps as django_apps
+
+    def triggers() -> set[str]:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT tgname FROM pg_trigger WHERE tgrelid = %s::regclass", [Task._meta.db_table])
+            return {name for (name,) in cursor.fetchall() if name.startswith("mcptasks_task_changed")}
+
+    with connection.schema_editor() as editor:
+        trigger_migration.drop_trigger(django_apps, editor)
+    assert triggers() == set()
+    with connection.schema_editor() as editor:
+        trigger_migration.create_trigger(django_apps, editor)
+    assert triggers() == {"mcptasks_task_changed_update", "mcptasks_task_changed_delete"}
+
+
+@on_postgres
 def test_a_committed_change_drops_the_row():
     task = running_task()
 
@@ -323,7 +340,7 @@ def test_no_poll_is_older_than_a_change_committed_before_it():
             n += 1
             Task.objects.filter(pk=task.id).update(status_message=str(n), updated_at=datetime.now(UTC))
             committed[0] = n  # only once the change is committed
-            time.sleep(0.002 if n % 10 else 0.05)  # bursts, and pauses the snapshot can serve in
+            time.sleep(0.002 if n % 10 else 0.25)  # bursts, and pauses the snapshot can serve in
         connection.close()
 
     async def poller(deadline: float) -> int:
@@ -342,7 +359,7 @@ def test_no_poll_is_older_than_a_change_committed_before_it():
         thread = threading.Thread(target=writer)
         thread.start()
         try:
-            deadline = time.monotonic() + 4.0
+            deadline = time.monotonic() + 6.0
             counts = await asyncio.gather(*(poller(deadline) for _ in range(8)))
         finally:
             stop.set()
