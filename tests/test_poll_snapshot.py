@@ -121,7 +121,7 @@ def test_a_fence_while_down_proves_nothing():
 
 # Against Postgres: the trigger, the listener, the fence ---------------------------------
 
-trigger_migration = importlib.import_module("mcptasks.migrations.0009_task_change_notify")
+trigger_migration = importlib.import_module("mcptasks.migrations.0010_task_change_notify")
 
 
 def on_postgres(test: Callable[..., None]) -> Callable[..., None]:

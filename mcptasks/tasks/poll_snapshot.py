@@ -2,7 +2,7 @@
 
 Each event loop (one per web process) keeps the task rows its polls last
 read, and drops a row as soon as Postgres says it changed: a trigger on the
-task table (migration 0009) runs ``pg_notify`` on ``CHANNEL`` with the task id
+task table (migration 0010) runs ``pg_notify`` on ``CHANNEL`` with the task id
 whenever a column the poll reads changes, or the row is deleted. NOTIFY is
 delivered at commit and in commit order, so one listening connection per loop
 sees every change in the order it became true; the Channels layer may drop

@@ -65,7 +65,7 @@ def drop_trigger(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("mcptasks", "0008_active_task_count"),
+        ("mcptasks", "0009_started_finished_at"),
     ]
 
     operations = [
