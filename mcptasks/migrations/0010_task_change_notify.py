@@ -72,7 +72,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="task",
             name=WATCHED,
-            field=models.BooleanField(default=False, editable=False),
+            field=models.BooleanField(default=False, db_default=False, editable=False),
         ),
         migrations.RunPython(create_trigger, drop_trigger),
     ]
