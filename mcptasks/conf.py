@@ -109,6 +109,12 @@ class MCPTasksSettings:
     #: Database connections per web process for polls served on the event
     #: loop (a poll holds one for a single SELECT, so a few go a long way).
     POLL_CONNECTIONS: int = 4
+    #: Answer polls of unchanged tasks from a per-process snapshot kept true
+    #: by Postgres LISTEN/NOTIFY (``mcptasks.tasks.poll_snapshot``), without a
+    #: database read. ``False``: every poll reads the database. Postgres only.
+    POLL_SNAPSHOT: bool = True
+    #: The most tasks a web process keeps in that snapshot.
+    POLL_SNAPSHOT_TASKS: int = 10_000
     #: Threads per web process for tools that run inline (within tools/call).
     INLINE_TOOL_THREADS: int = 32
     #: Celery queue for tool runs.

@@ -156,6 +156,10 @@ class Task(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     #: When the task reached its terminal status (set by the same write).
     finished_at = models.DateTimeField(null=True, blank=True)
+    # Set once a web process's poll snapshot may keep the task: from then on
+    # every change of what a poll reads is announced (migration 0010's trigger).
+    # The database default too: raw INSERTs that leave the column out stay valid.
+    snapshot_watched = models.BooleanField(default=False, db_default=False, editable=False)
 
     objects = TaskManager()
 

@@ -174,6 +174,7 @@ MCPTASKS = {
     "CELERY_QUEUE": env("MCP_CELERY_QUEUE", default=None),
     "WEB_THREADS": env.int("MCP_WEB_THREADS", default=8),
     "POLL_CONNECTIONS": env.int("MCP_POLL_CONNECTIONS", default=4),
+    "POLL_SNAPSHOT": env.bool("MCP_POLL_SNAPSHOT", default=True),
     "PRUNE_PAUSE_SECONDS": env.float("MCP_PRUNE_PAUSE_SECONDS", default=0.02),
     # Abuse limits; "0" turns the poll throttle off (benchmarks do).
     "POLL_BURST": env.int("MCP_POLL_BURST", default=10) or None,

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...models import TERMINAL_STATUSES, TaskStatus
-from ...tasks import loop_reads
+from ...tasks import loop_reads, poll_snapshot
 from ...tasks.loop_reads import NotOnLoop
 from .. import limits
 from ..caller import Caller
@@ -42,7 +42,7 @@ async def get_task(message: Message, caller: Caller, headers: Mapping[str, str])
     validate_headers(message, headers)
     req = handlers.Request(message, caller, capabilities, headers)
     task_id = handlers.task_id_param(req)
-    task = handlers.owned_task(req, await loop_reads.lookup(task_id, caller.owner))
+    task = handlers.owned_task(req, await poll_snapshot.lookup(task_id, caller.owner, loop_reads.lookup))
     if task.status == TaskStatus.INPUT_REQUIRED:
         raise NotOnLoop("pending input requests")
     if task.status in TERMINAL_STATUSES and task.outcome_read_at is None:
