@@ -151,6 +151,10 @@ class Task(models.Model):
     #: First read of a finished task's outcome (the retrieval audit): on the
     #: row, so a poll of a finished task needs no second query.
     outcome_read_at = models.DateTimeField(null=True, blank=True)
+    #: The creating request's W3C trace context (``traceparent``,
+    #: ``tracestate``): on the row, so a run redelivered after a worker died
+    #: still joins the trace.
+    trace_context = models.JSONField(default=dict, blank=True)
 
     objects = TaskManager()
 
