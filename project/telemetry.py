@@ -30,6 +30,12 @@ _lock = threading.Lock()
 _configured = False
 
 
+def prometheus_wanted() -> bool:
+    """``OTEL_METRICS_EXPORTER`` names ``prometheus``: the web process keeps
+    its metrics for the ``/metrics`` scrape view."""
+    return "prometheus" in os.environ.get("OTEL_METRICS_EXPORTER", "").lower().split(",")
+
+
 def endpoint_named() -> bool:
     return any(
         os.environ.get(name)
@@ -46,7 +52,8 @@ def configure() -> bool:
     endpoint is named and ``OTEL_SDK_DISABLED`` is not ``true``. Returns
     whether this call set them."""
     global _configured
-    if not endpoint_named() or os.environ.get("OTEL_SDK_DISABLED", "").lower() == "true":
+    otlp = endpoint_named()
+    if not (otlp or prometheus_wanted()) or os.environ.get("OTEL_SDK_DISABLED", "").lower() == "true":
         return False
     with _lock:
         if _configured:
@@ -62,9 +69,14 @@ def configure() -> bool:
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
     resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", "mcptasks")})
-    meter_provider = MeterProvider(
-        resource=resource, metric_readers=[PeriodicExportingMetricReader(OTLPMetricExporter())]
-    )
+    readers: list[Any] = []
+    if otlp:
+        readers.append(PeriodicExportingMetricReader(OTLPMetricExporter()))
+    if prometheus_wanted():
+        from opentelemetry.exporter.prometheus import PrometheusMetricReader
+
+        readers.append(PrometheusMetricReader())
+    meter_provider = MeterProvider(resource=resource, metric_readers=readers)
     metrics.set_meter_provider(meter_provider)
     dropped = metrics.get_meter("mcptasks.telemetry").create_counter(
         "mcptasks.telemetry.dropped", unit="{span}", description="Spans this process could not export"
@@ -98,6 +110,8 @@ def configure() -> bool:
         def force_flush(self, timeout_millis: int = 30000) -> bool:
             return self.inner.force_flush(timeout_millis)
 
+    if not otlp:
+        return True  # metrics for the scrape view only
     tracer_provider = TracerProvider(resource=resource)
     tracer_provider.add_span_processor(BatchSpanProcessor(CountingExporter(OTLPSpanExporter())))
     trace.set_tracer_provider(tracer_provider)

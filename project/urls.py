@@ -2,6 +2,7 @@ from django.contrib import admin
 from django.urls import include, path
 from oauth2_provider import urls as oauth2_urls
 
+from mcptasks.telemetry.scrape import metrics_view
 from project.consent import ConsentView
 from project.views import home
 
@@ -23,4 +24,6 @@ urlpatterns = [
     path("", include("mcptasks.oauth.urls")),
     path("", include(oauth2_routes)),
     path("mcp", include("mcptasks.urls")),
+    # Prometheus scrape (staff, or MCP_METRICS_TOKEN): with OTEL_METRICS_EXPORTER=prometheus.
+    path("metrics", metrics_view, name="metrics"),
 ]

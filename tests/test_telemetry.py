@@ -299,3 +299,22 @@ def test_a_poll_has_its_span_on_either_path(poll_rpc, otel):
     assert span.attributes["mcptasks.task.id"] == task_id
     assert span.attributes["mcp.method.name"] == "tasks/get"
     assert otel.total("mcp.server.operation.duration", **{"mcp.method.name": "tasks/get"}) >= 1
+
+
+# The Prometheus scrape view ------------------------------------------------------
+
+
+def test_the_scrape_view_is_for_staff_or_the_token(client, otel, settings, django_user_model):
+    settings.MCPTASKS = {**settings.MCPTASKS, "METRICS_TOKEN": "s3cret-token"}
+    make_task(tool="slow_compute")
+    assert client.get("/metrics").status_code == 404
+    assert client.get("/metrics", headers={"Authorization": "Bearer wrong"}).status_code == 404
+    by_token = client.get("/metrics", headers={"Authorization": "Bearer s3cret-token"})
+    assert by_token.status_code == 200 and b"mcptasks_task_created" in by_token.content
+    user = django_user_model.objects.create_user("plain", password="pw")
+    client.force_login(user)
+    assert client.get("/metrics").status_code == 404
+    user.is_staff = True
+    user.save()
+    by_staff = client.get("/metrics")
+    assert by_staff.status_code == 200 and b"mcptasks_task_created" in by_staff.content

@@ -33,8 +33,8 @@ def mode() -> str:
 
 def propagating() -> bool:
     """Trace context is carried (``propagation`` or ``native``)."""
-    return settings.TELEMETRY != OFF
+    return bool(settings.TELEMETRY != OFF)
 
 
 def native() -> bool:
-    return settings.TELEMETRY == NATIVE
+    return bool(settings.TELEMETRY == NATIVE)

@@ -93,7 +93,11 @@ def task_created(tool: str) -> None:
         _after_commit(instruments().created, tool)
 
 
-_TERMINAL = {TaskStatus.COMPLETED: "completed", TaskStatus.FAILED: "failed", TaskStatus.CANCELLED: "cancelled"}
+_TERMINAL: dict[str, str] = {
+    TaskStatus.COMPLETED: "completed",
+    TaskStatus.FAILED: "failed",
+    TaskStatus.CANCELLED: "cancelled",
+}
 
 
 def task_finished(tool: str, status: str) -> None:

@@ -17,11 +17,13 @@ from __future__ import annotations
 import contextvars
 import time
 from collections.abc import Mapping
+from contextvars import Token
 from dataclasses import dataclass, field
 from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
+from opentelemetry.context import Context
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from ..conf import settings
@@ -35,7 +37,7 @@ class RequestState:
 
     method: str
     started_ns: int
-    token: object
+    token: Token[Context] | None
     span: trace.Span | None = None
     tool: str | None = None
     error_type: str | None = None
@@ -93,7 +95,8 @@ def close_request(state: RequestState | None) -> None:
         if state.span is not None:
             _end(state, time.time_ns())
     finally:
-        otel_context.detach(state.token)
+        if state.token is not None:
+            otel_context.detach(state.token)
         _current.set(None)
 
 

@@ -19,12 +19,14 @@ from __future__ import annotations
 import contextvars
 import time
 from collections.abc import Callable, Mapping
+from contextvars import Token
 from dataclasses import dataclass
 from typing import Any
 
 from django.utils import timezone
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
+from opentelemetry.context import Context
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from ..conf import settings
@@ -38,7 +40,7 @@ class RunState:
     tool: str = ""
     started: float = 0.0
     span: trace.Span | None = None
-    token: object | None = None
+    token: Token[Context] | None = None
 
 
 _current: contextvars.ContextVar[RunState | None] = contextvars.ContextVar("mcptasks_run", default=None)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from typing import Any
 
 from celery import current_app
 from opentelemetry.metrics import CallbackOptions, Observation
@@ -33,7 +34,7 @@ def depths(options: CallbackOptions | None = None) -> Iterable[Observation]:
     try:
         with current_app.connection_for_read() as conn:
             conn.ensure_connection(max_retries=1)
-            channel = conn.default_channel
+            channel: Any = conn.default_channel
             for queue in run_queues():
                 try:
                     declared = channel.queue_declare(queue=queue, passive=True)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry import metrics, trace
+from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -61,7 +62,8 @@ def recorder() -> Recorder:
     tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
     trace.set_tracer_provider(tracer_provider)
     reader = InMemoryMetricReader()
-    metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+    # The Prometheus reader fills prometheus_client's registry: what the scrape view serves.
+    metrics.set_meter_provider(MeterProvider(metric_readers=[reader, PrometheusMetricReader()]))
     assert trace.get_tracer_provider() is tracer_provider, "another tracer provider was set first"
     return Recorder(spans, reader)
 
