@@ -153,8 +153,8 @@ class Task(models.Model):
     outcome_read_at = models.DateTimeField(null=True, blank=True)
     #: The creating request's W3C trace context (``traceparent``,
     #: ``tracestate``): on the row, so a run redelivered after a worker died
-    #: still joins the trace.
-    trace_context = models.JSONField(default=dict, blank=True)
+    #: still joins the trace. Null when there was none (or telemetry is off).
+    trace_context = models.JSONField(null=True, blank=True)
 
     objects = TaskManager()
 

@@ -206,7 +206,7 @@ def test_off_records_nothing_and_keeps_no_context(rpc, otel, settings):
     run(task_id)
     rpc.tasks_get(task_id)
     assert otel.finished() == []
-    assert Task.objects.get(pk=task_id).trace_context == {}
+    assert Task.objects.get(pk=task_id).trace_context is None
     assert otel.total("mcptasks.task.created") == created
 
 
@@ -318,3 +318,15 @@ def test_the_scrape_view_is_for_staff_or_the_token(client, otel, settings, djang
     user.save()
     by_staff = client.get("/metrics")
     assert by_staff.status_code == 200 and b"mcptasks_task_created" in by_staff.content
+
+
+def test_a_celery_instrumentation_s_span_is_linked_not_the_parent(rpc, otel):
+    task_id = rpc.call_tool("failing_job", meta_extra={"traceparent": CLIENT_TRACEPARENT}).result["taskId"]
+    call = only(otel, "tools/call failing_job")
+    with trace.get_tracer("a.celery.instrumentation").start_as_current_span(
+        "run/mcptasks.run_task", kind=SpanKind.CONSUMER
+    ) as job:
+        run(task_id)
+    run_span = only(otel, "execute_tool failing_job")
+    assert run_span.parent.span_id == call.context.span_id
+    assert [link.context.span_id for link in run_span.links] == [job.get_span_context().span_id]

@@ -75,7 +75,7 @@ def create_task(
         expires_at=now + timedelta(milliseconds=ttl),
         poll_interval_ms=poll_interval_ms or settings.POLL_INTERVAL_MS,
         dispatched_at=now if enqueue else None,
-        trace_context=tracing.carrier(),
+        trace_context=tracing.carrier() or None,
     )
     actor = client_actor(owner)
     detail = {"tool": tool_name, "era": era}
