@@ -214,14 +214,16 @@ def main() -> None:
         # The hooks alone, in one process (the best of five timings of N calls, in
         # the process's CPU time, export threads included):
         # what telemetry adds to one request's CPU, free of the machine's noise.
-        hooks = subprocess.run(
-            [sys.executable, "-c", "N = 20000\n" + HOOKS],
-            cwd=REPO,
-            env=env_for(database_url, "native"),
-            check=True,
-            capture_output=True,
-        )
-        summary["hooks"] = json.loads(hooks.stdout.decode().strip().splitlines()[-1])
+        # With the SDK (in-memory export), and with the API alone (a site that
+        # installed no SDK: the mode is native but every span is a no-op).
+        for label, sdk in (("hooks", True), ("hooks_api_only", False)):
+            hook_env = env_for(database_url, "native")
+            if not sdk:
+                hook_env.pop("BENCH_OTEL")
+            hooks = subprocess.run(
+                [sys.executable, "-c", "N = 20000\n" + HOOKS], cwd=REPO, env=hook_env, check=True, capture_output=True
+            )
+            summary[label] = json.loads(hooks.stdout.decode().strip().splitlines()[-1])
         print("SUMMARY " + json.dumps(summary), flush=True)
     finally:
         for proc in servers.values():

@@ -16,7 +16,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from mcptasks.models import Task
 from mcptasks.tasks import lifecycle
-from mcptasks.telemetry import metrics, runs
+from mcptasks.telemetry import metrics, runs, tracing
 from mcptasks.tools.registry import registry, tool
 from mcptasks.worker import dispatch, execution, queue_depth, runner
 from tests.support.factories import make_task, waiting_task
@@ -330,3 +330,11 @@ def test_a_celery_instrumentation_s_span_is_linked_not_the_parent(rpc, otel):
     run_span = only(otel, "execute_tool failing_job")
     assert run_span.parent.span_id == call.context.span_id
     assert [link.context.span_id for link in run_span.links] == [job.get_span_context().span_id]
+
+
+def test_native_without_an_sdk_still_carries_the_client_s_context(rpc, otel, monkeypatch):
+    monkeypatch.setattr(tracing, "sdk_installed", lambda: False)
+    task_id = rpc.call_tool("failing_job", meta_extra={"traceparent": CLIENT_TRACEPARENT}).result["taskId"]
+    assert Task.objects.get(pk=task_id).trace_context["traceparent"] == CLIENT_TRACEPARENT
+    assert run(task_id) == "completed"
+    assert otel.finished() == []

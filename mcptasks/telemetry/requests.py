@@ -59,7 +59,7 @@ def open_request(data: Any, headers: Mapping[str, str]) -> RequestState | None:
     params = data.get("params")
     params = params if isinstance(params, dict) else {}
     client = _client_context(params, headers)
-    if mode != NATIVE:
+    if mode != NATIVE or not tracing.sdk_installed():
         return RequestState(method=method, started_ns=0, token=otel_context.attach(client))
     state = RequestState(method=method, started_ns=time.time_ns(), token=None)
     state.attributes = _request_attributes(method, params, data.get("id"), headers)
@@ -105,6 +105,8 @@ def served_on_loop(
 ) -> None:
     """A request answered on the event loop, reported once it is answered."""
     if settings.TELEMETRY != NATIVE or not isinstance(data, dict) or not isinstance(data.get("method"), str):
+        return
+    if not tracing.sdk_installed():
         return
     method = data["method"]
     params = data.get("params")

@@ -73,7 +73,7 @@ def started(task: Task, answers: Mapping[str, Any]) -> None:
     if state is None:
         return  # not inside traced(): nothing would end a span
     parent = propagate.extract(task.trace_context or {})
-    if settings.TELEMETRY != NATIVE:
+    if settings.TELEMETRY != NATIVE or not tracing.sdk_installed():
         state.token = otel_context.attach(parent)
         return
     state.tool = task.tool_name

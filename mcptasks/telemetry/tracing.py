@@ -18,6 +18,14 @@ def tracer() -> trace.Tracer:
     return trace.get_tracer(INSTRUMENTATION_NAME, package_version())
 
 
+def sdk_installed() -> bool:
+    """Whether the site set a tracer provider. Until it does, ``native``
+    costs what ``propagation`` costs: the API would only make no-op spans,
+    and no-op spans would drop the client's context instead of carrying it."""
+    provider = trace.get_tracer_provider()
+    return not isinstance(provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider))
+
+
 def carrier() -> dict[str, str]:
     """The current trace context as W3C headers (``traceparent``,
     ``tracestate``), for a new task's row; empty when there is none."""
