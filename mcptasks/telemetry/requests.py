@@ -15,6 +15,7 @@ trace, so a trace never has two server spans for one request.
 from __future__ import annotations
 
 import contextvars
+import functools
 import time
 from collections.abc import Mapping
 from contextvars import Token
@@ -60,6 +61,8 @@ def open_request(data: Any, headers: Mapping[str, str]) -> RequestState | None:
     params = params if isinstance(params, dict) else {}
     client = _client_context(params, headers)
     if mode != NATIVE or not tracing.sdk_installed():
+        if client is None:
+            return None
         return RequestState(method=method, started_ns=0, token=otel_context.attach(client))
     state = RequestState(method=method, started_ns=time.time_ns(), token=None)
     state.attributes = _request_attributes(method, params, data.get("id"), headers)
@@ -140,15 +143,28 @@ def now_ns() -> int:
 # Inside ---------------------------------------------------------------------------
 
 
-def _client_context(params: Mapping[str, Any], headers: Mapping[str, str]) -> otel_context.Context:
-    """The client's trace context: ``params._meta`` first, then the HTTP headers."""
+def _client_context(params: Mapping[str, Any], headers: Mapping[str, str]) -> Context | None:
+    """The client's trace context: ``params._meta`` first, then the HTTP
+    headers; ``None`` when neither carries any (most requests: no parsing)."""
+    fields = _propagator_fields(propagate.get_global_textmap())
     meta = params.get("_meta")
-    if isinstance(meta, dict) and isinstance(meta.get("traceparent"), str):
+    if isinstance(meta, dict) and any(name in meta for name in fields):
         return propagate.extract(meta)
-    return propagate.extract(headers)
+    if any(headers.get(name) is not None for name in fields):
+        return propagate.extract(headers)
+    return None
 
 
-def _links_to(client: otel_context.Context, outer_trace_id: int) -> list[Link]:
+@functools.lru_cache(maxsize=4)
+def _propagator_fields(propagator: Any) -> frozenset[str]:
+    """The carrier keys the site's propagator reads (W3C: ``traceparent``,
+    ``tracestate``, ``baggage``)."""
+    return frozenset(propagator.fields)
+
+
+def _links_to(client: Context | None, outer_trace_id: int) -> list[Link]:
+    if client is None:
+        return []
     client_span = trace.get_current_span(client).get_span_context()
     if client_span.is_valid and client_span.trace_id != outer_trace_id:
         return [Link(client_span)]
