@@ -13,7 +13,7 @@ Export never slows a request or a run: spans wait in the batch processor's
 bounded queue and leave from its own thread, metrics from the periodic
 reader's. What cannot be exported (a full queue, a collector down) is
 dropped, counted in ``mcptasks.telemetry.dropped`` and logged once per
-process.
+process and kind (the SDK itself would log every one).
 """
 
 from __future__ import annotations
@@ -79,9 +79,8 @@ def configure() -> bool:
     meter_provider = MeterProvider(resource=resource, metric_readers=readers)
     metrics.set_meter_provider(meter_provider)
     dropped = metrics.get_meter("mcptasks.telemetry").create_counter(
-        "mcptasks.telemetry.dropped", unit="{span}", description="Spans this process could not export"
+        "mcptasks.telemetry.dropped", unit="{item}", description="Spans or metric batches this process could not export"
     )
-    _log_queue_full_once(dropped)
 
     class CountingExporter(SpanExporter):
         """The OTLP exporter, counting what a failed export loses."""
@@ -96,7 +95,7 @@ def configure() -> bool:
             except Exception:
                 result = SpanExportResult.FAILURE
             if result is not SpanExportResult.SUCCESS:
-                dropped.add(len(spans), {"error.type": "export_failed"})
+                dropped.add(len(spans), {"error.type": "export_failed", "signal": "spans"})
                 if not self.warned:
                     self.warned = True
                     logger.warning(
@@ -111,26 +110,36 @@ def configure() -> bool:
             return self.inner.force_flush(timeout_millis)
 
     if not otlp:
+        _log_drops_once(dropped)
         return True  # metrics for the scrape view only
     tracer_provider = TracerProvider(resource=resource)
     tracer_provider.add_span_processor(BatchSpanProcessor(CountingExporter(OTLPSpanExporter())))
     trace.set_tracer_provider(tracer_provider)
+    _log_drops_once(dropped)  # after the imports above: their loggers exist now
     return True
 
 
-def _log_queue_full_once(dropped: Any) -> None:
-    """The batch processor logs every span it drops from a full queue: let
-    the first through, count them all."""
+def _log_drops_once(dropped: Any) -> None:
+    """The SDK and the exporters log every drop and every failed export:
+    let the first of each kind through, per process, and count the drops."""
 
-    class QueueFull(logging.Filter):
-        seen = False
+    class OncePerKind(logging.Filter):
+        seen: set[str] = set()
 
         def filter(self, record: logging.LogRecord) -> bool:
-            if not record.getMessage().startswith("Queue full"):
+            if record.levelno < logging.WARNING:
                 return True
-            dropped.add(1, {"error.type": "queue_full"})
-            first = not QueueFull.seen
-            QueueFull.seen = True
-            return first
+            message = record.getMessage()
+            if message.startswith("Queue full"):
+                dropped.add(1, {"error.type": "queue_full", "signal": "spans"})
+            elif message.startswith("Failed to export metrics"):
+                dropped.add(1, {"error.type": "export_failed", "signal": "metrics"})
+            if message in OncePerKind.seen or len(OncePerKind.seen) >= 256:
+                return False
+            OncePerKind.seen.add(message)
+            return True
 
-    logging.getLogger("opentelemetry.sdk._shared_internal").addFilter(QueueFull())
+    once = OncePerKind()
+    for name, found in list(logging.Logger.manager.loggerDict.items()):
+        if name.startswith("opentelemetry") and isinstance(found, logging.Logger):
+            found.addFilter(once)

@@ -6,7 +6,9 @@ client's trace."""
 
 from __future__ import annotations
 
+import socket
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -164,3 +166,50 @@ def test_the_worker_s_run_is_in_the_client_s_trace(otel_stack: live.LiveStack, r
         timeout=60,
         explain=lambda: f"{sorted(received.metrics)}\n{otel_stack.logs()}",
     )
+
+
+@pytest.fixture(scope="module")
+def stalled_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[live.LiveStack]:
+    """A stack whose collector accepts connections and never answers."""
+    hole = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    hole.bind(("127.0.0.1", 0))
+    hole.listen(1024)
+    settings = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{hole.getsockname()[1]}",
+        "OTEL_EXPORTER_OTLP_TIMEOUT": "1",
+        "OTEL_BSP_SCHEDULE_DELAY": "100",
+        "OTEL_METRIC_EXPORT_INTERVAL": "500",
+    }
+    stack = live.start_stack(tmp_path_factory.mktemp("stalled-otel-stack"), settings=settings)
+    try:
+        yield stack
+    finally:
+        live.teardown_stack(stack)
+        hole.close()
+
+
+def test_a_collector_that_never_answers_slows_nothing(stalled_stack: live.LiveStack) -> None:
+    client = HttpRpc(stalled_stack.url)
+    slowest = 0.0
+    try:
+        for n in range(10):
+            started = time.monotonic()
+            task_id = client.create_task("slow_compute", {"seconds": 0, "label": f"stalled-{n}"})
+            assert client.wait_for(task_id, timeout=30)["status"] == "completed"
+            slowest = max(slowest, time.monotonic() - started)
+    finally:
+        client.close()
+    # Each export waits a second for the collector before it gives up; no
+    # request or run waits on one.
+    assert slowest < 5.0, f"a task took {slowest:.1f}s from its call to its result"
+    # Each process that exported (the web process, the worker's pool
+    # processes) logs a failed export once, not once per export.
+    time.sleep(3)  # a few more export intervals, each failing
+    logs = {name: stalled_stack.log_text(name) for name in ("web", "worker0")}
+    assert logs["web"].count("Failed to export spans") == 1, logs["web"]
+    assert logs["web"].count("mcptasks.telemetry telemetry: the collector did not take") == 1, logs["web"]
+    pool_processes = {
+        line.split("/")[1].split("]")[0] for line in logs["worker0"].splitlines() if "Failed to export spans" in line
+    }
+    assert 1 <= len(pool_processes) <= 2
+    assert logs["worker0"].count("Failed to export spans") == len(pool_processes), logs["worker0"]

@@ -15,6 +15,7 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from django.apps import apps
 from django.db import DatabaseError, connection, transaction
 from django.db.models import Sum
 from opentelemetry import metrics
@@ -134,6 +135,8 @@ def _after_commit(counter: Counter, tool: str) -> None:
 
 def active_tasks(options: CallbackOptions | None = None) -> Iterable[Observation]:
     """Tasks working and tasks waiting for input, across every process."""
+    if not apps.ready:
+        return []  # a reading while Django is still starting
     try:
         active = ActiveTaskCount.objects.aggregate(n=Sum("active"))["n"] or 0
         waiting = Task.objects.filter(status=TaskStatus.INPUT_REQUIRED).order_by()[:WAITING_COUNT_CAP].count()
