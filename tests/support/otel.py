@@ -19,10 +19,22 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 
+class WhileRecording(SimpleSpanProcessor):
+    """Keeps spans only while a telemetry test runs: the providers stay set
+    for the rest of the session, and other tests' spans would pile up."""
+
+    recording = False
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if self.recording:
+            super().on_end(span)
+
+
 @dataclass
 class Recorder:
     spans: InMemorySpanExporter
     reader: InMemoryMetricReader
+    gate: WhileRecording
 
     def clear(self) -> None:
         self.spans.clear()
@@ -59,17 +71,22 @@ class Recorder:
 def recorder() -> Recorder:
     spans = InMemorySpanExporter()
     tracer_provider = TracerProvider()
-    tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
+    gate = WhileRecording(spans)
+    tracer_provider.add_span_processor(gate)
     trace.set_tracer_provider(tracer_provider)
     reader = InMemoryMetricReader()
     # The Prometheus reader fills prometheus_client's registry: what the scrape view serves.
     metrics.set_meter_provider(MeterProvider(metric_readers=[reader, PrometheusMetricReader()]))
     assert trace.get_tracer_provider() is tracer_provider, "another tracer provider was set first"
-    return Recorder(spans, reader)
+    return Recorder(spans, reader, gate)
 
 
 def fresh() -> Iterator[Recorder]:
     rec = recorder()
     rec.clear()
-    yield rec
-    rec.clear()
+    rec.gate.recording = True
+    try:
+        yield rec
+    finally:
+        rec.gate.recording = False
+        rec.clear()
