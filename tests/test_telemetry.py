@@ -10,13 +10,14 @@ from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
+from django.urls import path
 from django.utils import timezone
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, StatusCode
 
 from mcptasks.models import Task
 from mcptasks.tasks import lifecycle
-from mcptasks.telemetry import metrics, runs, tracing
+from mcptasks.telemetry import metrics, runs, scrape, tracing
 from mcptasks.tools.registry import registry, tool
 from mcptasks.worker import dispatch, execution, queue_depth, runner
 from tests.support.factories import make_task, waiting_task
@@ -276,7 +277,7 @@ def test_cancelled_and_expired_tasks_are_counted(otel):
     expired = otel.total("mcptasks.task.expired")
     assert lifecycle.cancel(task.id, actor="client:alice")
     Task.objects.filter(pk=task.id).update(expires_at=timezone.now() - timedelta(seconds=1))
-    assert lifecycle.purge_expired() == 1
+    assert lifecycle.prune_expired() == 1
     assert otel.total("mcptasks.task.cancelled", **{"gen_ai.tool.name": "slow_compute"}) - cancelled == 1
     assert otel.total("mcptasks.task.expired") - expired == 1
 
@@ -304,7 +305,12 @@ def test_a_poll_has_its_span_on_either_path(poll_rpc, otel):
 # The Prometheus scrape view ------------------------------------------------------
 
 
+#: Mounted as a site would (the test URLconf below).
+urlpatterns = [path("metrics", scrape.metrics_view)]
+
+
 def test_the_scrape_view_is_for_staff_or_the_token(client, otel, settings, django_user_model):
+    settings.ROOT_URLCONF = __name__
     settings.MCPTASKS = {**settings.MCPTASKS, "METRICS_TOKEN": "s3cret-token"}
     make_task(tool="slow_compute")
     assert client.get("/metrics").status_code == 404

@@ -173,6 +173,20 @@ def test_missing_or_malformed_meta_is_invalid_params_400(rpc, meta):
     assert_error(reply, -32602, 400)
 
 
+@pytest.mark.parametrize("level", ["verbose-nonsense", "DEBUG", 3, None])
+def test_unknown_log_level_is_invalid_params_naming_the_field(rpc, level):
+    reply = rpc.call_tool("greet", {"name": "World"}, meta_extra={"io.modelcontextprotocol/logLevel": level})
+    error = assert_error(reply, -32602, 400)
+    assert "io.modelcontextprotocol/logLevel" in error["message"]
+
+
+@pytest.mark.parametrize("level", ["debug", "emergency"])
+def test_known_log_level_is_accepted(rpc, level):
+    reply = rpc.request("tools/list", meta_extra={"io.modelcontextprotocol/logLevel": level})
+    assert reply.status == 200, reply
+    assert any(tool["name"] == "greet" for tool in reply.result["tools"])
+
+
 def test_missing_protocol_version_header(rpc):
     reply = rpc.request("tools/list", headers={"MCP-Protocol-Version": None})
     assert_error(reply, -32020, 400)
@@ -499,7 +513,7 @@ def test_someone_elses_task_looks_unknown(poll_rpc):
     assert Task.objects.get(pk=theirs.id).status == TaskStatus.WORKING
 
 
-def test_a_purged_task_is_not_found(poll_rpc):
+def test_a_pruned_task_is_not_found(poll_rpc):
     from datetime import timedelta
 
     from django.utils import timezone
@@ -507,7 +521,7 @@ def test_a_purged_task_is_not_found(poll_rpc):
     done = completed_task(owner=ANON)
     assert poll_rpc.tasks_get(done.id).result["status"] == "completed"
     Task.objects.filter(pk=done.id).update(expires_at=timezone.now() - timedelta(seconds=1))
-    assert lifecycle.purge_expired() == 1
+    assert lifecycle.prune_expired() == 1
     gone = poll_rpc.tasks_get(done.id)
     unknown = poll_rpc.tasks_get("y" * len(done.id))
     assert gone.error["code"] == -32602

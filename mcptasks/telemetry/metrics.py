@@ -73,7 +73,7 @@ def instruments() -> Instruments:
         completed=counter("mcptasks.task.completed", "{task}", "Tasks that ended completed"),
         failed=counter("mcptasks.task.failed", "{task}", "Tasks that ended failed"),
         cancelled=counter("mcptasks.task.cancelled", "{task}", "Tasks that ended cancelled"),
-        expired=counter("mcptasks.task.expired", "{task}", "Finished tasks purged when their TTL ran out"),
+        expired=counter("mcptasks.task.expired", "{task}", "Finished tasks pruned when their TTL ran out"),
         retried=counter("mcptasks.task.retried", "{run}", "Runs started again after a run was lost"),
         run_duration=seconds("mcptasks.task.run.duration", "One run of a task, from its start to its end"),
         queue_wait=seconds("mcptasks.task.queue.wait", "From a task's creation (or resumption) to its run's start"),

@@ -17,6 +17,7 @@ from rest_framework.request import Request
 
 from ..conf import settings
 from ..protocol.caller import Caller
+from ..tools.owners import owner_for
 
 
 class BearerTokenAuthentication(TokenAuthentication):
@@ -49,11 +50,6 @@ def _authenticator_classes(paths: tuple[str, ...]) -> tuple[type, ...]:
     return tuple(import_string(path) for path in paths)
 
 
-def owner_for(user: Any) -> str:
-    """A stable identity string for an authenticated Django user."""
-    return f"user:{user.pk}"
-
-
 def identify(request: HttpRequest) -> Caller:
     """The caller of ``request``, or ``NotAuthenticated``.
 
@@ -68,6 +64,11 @@ def identify(request: HttpRequest) -> Caller:
         header = authenticators[0].authenticate_header(drf_request) if authenticators else None
         raise NotAuthenticated(str(exc.detail), header) from None
     if user is not None and getattr(user, "is_authenticated", False):
+        if not getattr(user, "is_active", True):
+            # Not every authentication class checks (django-oauth-toolkit's
+            # does not): a deactivated account's credentials are refused here.
+            header = authenticators[0].authenticate_header(drf_request) if authenticators else None
+            raise NotAuthenticated("User inactive or deleted.", header)
         return Caller(owner=owner_for(user), user=user, auth=drf_request.auth, authenticated=True)
     if settings.ALLOW_ANONYMOUS:
         return Caller(owner=settings.ANONYMOUS_OWNER)

@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("mcptasks", "0008_active_task_count"),
+        ("mcptasks", "0009_started_finished_at"),
     ]
 
     operations = [
