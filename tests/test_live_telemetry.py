@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -213,3 +214,17 @@ def test_a_collector_that_never_answers_slows_nothing(stalled_stack: live.LiveSt
     }
     assert 1 <= len(pool_processes) <= 2
     assert logs["worker0"].count("Failed to export spans") == len(pool_processes), logs["worker0"]
+
+
+def code_below_the_docstring(path: Path) -> str:
+    text = path.read_text()
+    return text[text.index('"""', 3) + 3 :]
+
+
+@pytest.mark.live
+def test_the_test_site_sets_up_the_sdk_as_the_example_site_does() -> None:
+    """The live tests run the test site; its SDK setup is the example site's."""
+    repo = Path(__file__).resolve().parent.parent
+    assert code_below_the_docstring(repo / "tests" / "testapp" / "telemetry.py") == code_below_the_docstring(
+        repo / "project" / "telemetry.py"
+    )
