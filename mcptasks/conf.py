@@ -141,6 +141,20 @@ class MCPTasksSettings:
     SCOPE_HIERARCHY: dict[str, tuple[str, ...]] = field(default_factory=dict)
     #: ``resource_name`` in the protected resource metadata.
     RESOURCE_NAME: str | None = None
+    # OpenTelemetry (see mcptasks.telemetry and docs/observability.md).
+    #: ``"native"``: spans and metrics through the OpenTelemetry API (a no-op
+    #: until the site installs an SDK); ``"propagation"``: no spans or
+    #: metrics of ours, but the client's trace context reaches the task's
+    #: runs; ``"off"``: nothing.
+    TELEMETRY: str = "native"
+    #: Start each run's span in a trace of its own, linked to the request that
+    #: created the task, instead of as that request's child.
+    TELEMETRY_RUN_LINKS: bool = False
+    #: Report the gauges (tasks working, tasks waiting for input, queue depth)
+    #: from this process. Each reading costs a query or a broker round trip.
+    TELEMETRY_GAUGES: bool = True
+    #: A bearer token that may read the Prometheus scrape view besides staff.
+    METRICS_TOKEN: str | None = None
 
     @classmethod
     def from_django(cls) -> MCPTasksSettings:

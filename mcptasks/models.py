@@ -160,6 +160,10 @@ class Task(models.Model):
     # every change of what a poll reads is announced (migration 0010's trigger).
     # The database default too: raw INSERTs that leave the column out stay valid.
     snapshot_watched = models.BooleanField(default=False, db_default=False, editable=False)
+    #: The creating request's W3C trace context (``traceparent``,
+    #: ``tracestate``): on the row, so a run redelivered after a worker died
+    #: still joins the trace. Null when there was none (or telemetry is off).
+    trace_context = models.JSONField(null=True, blank=True)
 
     objects = TaskManager()
 

@@ -180,6 +180,10 @@ MCPTASKS = {
     "POLL_BURST": env.int("MCP_POLL_BURST", default=10) or None,
     "MAX_ACTIVE_TASKS_PER_OWNER": env.int("MCP_MAX_ACTIVE_TASKS", default=1000) or None,
     "THROTTLE_CACHE": "throttle" if REDIS_URL else "default",
+    # OpenTelemetry: "native", "propagation" or "off" (project/telemetry.py
+    # exports when OTEL_EXPORTER_OTLP_ENDPOINT is set).
+    "TELEMETRY": env("MCP_TELEMETRY", default="native"),
+    "METRICS_TOKEN": env("MCP_METRICS_TOKEN", default=None),
 }
 
 # The embedded default is a single-process development setup by design: its

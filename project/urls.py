@@ -6,6 +6,7 @@ from oauth2_provider import views as oauth2_views
 
 from mcptasks.oauth.client_configuration import ClientConfigurationView
 from mcptasks.oauth.views import ClientRegistrationView
+from mcptasks.telemetry.scrape import metrics_view
 from project.consent import ConsentView
 from project.oauth_server import ResourceServerIntrospectionView, ThrottledTokenView
 from project.views import home
@@ -35,4 +36,6 @@ urlpatterns = [
     path("", include("mcptasks.oauth.urls")),
     path("", include(oauth2_routes)),
     path("mcp", include("mcptasks.urls")),
+    # Prometheus scrape (staff, or MCP_METRICS_TOKEN): with OTEL_METRICS_EXPORTER=prometheus.
+    path("metrics", metrics_view, name="metrics"),
 ]

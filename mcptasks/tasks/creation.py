@@ -19,6 +19,7 @@ from django.utils import timezone
 from .. import signals
 from ..conf import settings
 from ..models import Era, InputRequest, InputRequestState, Task, TaskEvent, TaskStatus
+from ..telemetry import metrics, tracing
 from . import quota, sql
 from .dispatch import enqueue_after_commit
 from .events import EventKind, announce, client_actor, record_event
@@ -74,6 +75,7 @@ def create_task(
         expires_at=now + timedelta(milliseconds=ttl),
         poll_interval_ms=poll_interval_ms or settings.POLL_INTERVAL_MS,
         dispatched_at=now if enqueue else None,
+        trace_context=tracing.carrier() or None,
     )
     actor = client_actor(owner)
     detail = {"tool": tool_name, "era": era}
@@ -99,6 +101,7 @@ def create_task(
             record_event(task.id, EventKind.CREATED, actor, now=now, to_status=TaskStatus.WORKING, detail=detail)
     transaction.on_commit(lambda: signals.task_created.send(sender=Task, task=task))
     announce(task.id, "", TaskStatus.WORKING, actor, EventKind.CREATED, task=task)
+    metrics.task_created(tool_name)
     if enqueue:
         enqueue_after_commit(task.id)
     return task

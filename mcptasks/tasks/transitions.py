@@ -21,6 +21,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from ..models import ACTIVE_STATUSES, TERMINAL_STATUSES, InputRequest, InputRequestState, Task, TaskEvent, TaskStatus
+from ..telemetry import metrics
 from ..tools.context import validate_input_response
 from . import quota, sql
 from .dispatch import enqueue_after_commit
@@ -44,10 +45,10 @@ def _transition(
     """
     allowed = tuple(allowed_from)
     qs = Task.objects.select_for_update().filter(pk=task_id)
-    row = qs.values_list("status", "owner").first()
+    row = qs.values_list("status", "owner", "tool_name").first()
     if row is None or row[0] not in allowed:
         return False
-    current, owner = row
+    current, owner, tool = row
     now = timezone.now()
     update = Task.objects.filter(pk=task_id, status=current)
     if extra_filter is not None:
@@ -67,6 +68,7 @@ def _transition(
             state=InputRequestState.WITHDRAWN
         )
     announce(task_id, current, to, actor, kind)
+    metrics.task_finished(tool, to)
     return True
 
 
@@ -131,6 +133,7 @@ def _finish_run_sql(task_id: str, *, to: str, worker: str, fields: Mapping[str, 
         return False
     task = Task.objects.from_row(names, row)
     announce(task_id, TaskStatus.WORKING, to, actor, EventKind.TRANSITION, task=task)
+    metrics.task_finished(task.tool_name, to)
     return True
 
 

@@ -151,10 +151,11 @@ async def _poll_on_loop(scope: Scope, body: bytes) -> Any:
     from ..protocol import jsonrpc, limits
     from ..protocol.modern import handlers as modern
     from ..protocol.modern import on_loop
-    from ..protocol.replies import result_reply
+    from ..protocol.replies import error_reply, result_reply
+    from ..telemetry import requests as request_telemetry
     from . import identity_cache
     from .rendering import render
-    from .views import error_response, legacy_wire, origin_allowed
+    from .views import legacy_wire, origin_allowed
 
     if b"tasks/get" not in body or not on_loop.available():
         return None  # other requests are parsed once, on the thread path
@@ -182,13 +183,17 @@ async def _poll_on_loop(scope: Scope, body: bytes) -> Any:
     caller = identity_cache.lookup(key) if key is not None else None
     if caller is None:
         return None
+    started = request_telemetry.now_ns()
     try:
         result = await on_loop.get_task(message, caller, headers)
     except on_loop.NotOnLoop:
         return None
     except ProtocolError as exc:
-        return error_response(exc, message.id, status=modern.http_status(exc))
-    return render(result_reply(message.id, result))
+        reply = error_reply(exc, message.id, status=modern.http_status(exc))
+    else:
+        reply = result_reply(message.id, result)
+    request_telemetry.served_on_loop(data, headers, started, reply.body, reply.status)
+    return render(reply)
 
 
 def _scope_headers(scope: Scope) -> dict[str, str]:

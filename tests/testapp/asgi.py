@@ -5,7 +5,10 @@ import os
 
 from django.core.asgi import get_asgi_application
 
+from tests.testapp import telemetry
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.testapp.settings")
+telemetry.configure()  # OTLP export when the environment names an endpoint
 
 django_application = get_asgi_application()
 
