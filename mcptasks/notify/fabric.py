@@ -79,9 +79,9 @@ class _Publisher:
         queue.put_nowait((group, payload))
 
     async def _drain(self, queue: asyncio.Queue[tuple[str, dict[str, Any]]]) -> None:
-        layer = get_channel_layer()
         while True:
             group, payload = await queue.get()
+            layer = get_channel_layer()  # per message: the site's layer may be replaced (settings change)
             message = {"type": MESSAGE_TYPE, "group": group, **payload}
             if "task_id" in payload and "at" in payload:
                 # Listeners on this loop hear a change at once, not after a trip
