@@ -129,11 +129,11 @@ def _new_registry(layer: Any) -> Registry | None:
 
     if isinstance(layer, InMemoryChannelLayer):
         return InProcessRegistry()
-    try:
-        from channels_redis.core import RedisChannelLayer
-    except ImportError:  # the extra is not installed: no Redis layer in use
-        return None
-    if isinstance(layer, RedisChannelLayer) and layer.hosts and "master_name" not in layer.hosts[0]:
+    # channels_redis's layer (or a subclass), known without importing the optional extra.
+    is_redis_layer = any(
+        cls.__name__ == "RedisChannelLayer" and cls.__module__ == "channels_redis.core" for cls in type(layer).__mro__
+    )
+    if is_redis_layer and layer.hosts and "master_name" not in layer.hosts[0]:  # not behind Sentinel
         return RedisRegistry(layer, layer.hosts[0])
     return None
 
