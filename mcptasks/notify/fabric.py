@@ -217,10 +217,13 @@ class _Hub:
                 del self.members[group]
                 try:
                     await self.layer.group_discard(group, self.channel)
-                    if self.followers is not None and self.channel is not None:
-                        await self.followers.unregister([group], self.channel)
                 except Exception:
                     logger.debug("group_discard failed", exc_info=True)
+                try:
+                    if self.followers is not None and self.channel is not None:
+                        await self.followers.unregister([group], self.channel)
+                except Exception:  # the registration lapses by itself
+                    logger.debug("unregistering a follower failed", exc_info=True)
         if not self.members:
             if self._renewer is not None:
                 self._renewer.cancel()

@@ -83,10 +83,11 @@ class RedisRegistry:
         return self._prefix + group
 
     async def register(self, groups: list[str], member: str, ttl: float) -> None:
-        until = time.time() + ttl
+        now = time.time()
         async with self.layer.connection(0).pipeline(transaction=False) as pipe:
             for group in groups:
-                pipe.zadd(self._key(group), {member: until})
+                pipe.zremrangebyscore(self._key(group), "-inf", now)  # lapsed members (killed processes)
+                pipe.zadd(self._key(group), {member: now + ttl})
                 pipe.expire(self._key(group), int(ttl) + 1)
             await pipe.execute()
 
