@@ -41,6 +41,7 @@ INSTALLED_APPS = [
     "oauth2_provider",
     "axes",
     "mcptasks",
+    "mcptasks.oauth",
     "project.demo",
 ]
 
@@ -215,6 +216,10 @@ OAUTH2_PROVIDER = {
     "DCR_ENABLED": True,
     "DCR_REGISTRATION_PERMISSION_CLASSES": ("mcptasks.oauth.registration.MCPClientRegistrationPermission",),
     "CIMD_ENABLED": True,
+    # One deadline over each whole document fetch, and the registration rules
+    # for the documents; tokens of deactivated users refused.
+    "CIMD_METADATA_FETCHER": "mcptasks.oauth.cimd.MCPClientMetadataFetcher",
+    "OAUTH2_VALIDATOR_CLASS": "mcptasks.oauth.validators.ActiveUserOAuth2Validator",
 }
 LOGIN_URL = "/accounts/login/"
 # RFC 7662 introspection, for the client ids of resource servers elsewhere

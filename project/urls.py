@@ -4,6 +4,7 @@ from django.urls import include, path
 from oauth2_provider import urls as oauth2_urls
 from oauth2_provider import views as oauth2_views
 
+from mcptasks.oauth.client_configuration import ClientConfigurationView
 from mcptasks.oauth.views import ClientRegistrationView
 from project.consent import ConsentView
 from project.oauth_server import ResourceServerIntrospectionView, ThrottledTokenView
@@ -19,7 +20,8 @@ oauth2_endpoints = [
     path("token/", ThrottledTokenView.as_view(), name="token"),
     path("revoke_token/", oauth2_views.RevokeTokenView.as_view(), name="revoke-token"),
     path("register/", ClientRegistrationView.as_view(), name="dcr-register"),
-    *(route for route in oauth2_urls.dcr_urlpatterns if route.name != "dcr-register"),
+    # RFC 7592 updates held to the registration rules.
+    path("register/<str:client_id>/", ClientConfigurationView.as_view(), name="dcr-register-management"),
 ]
 if getattr(settings, "OAUTH_INTROSPECTION_CLIENTS", None):
     oauth2_endpoints.append(path("introspect/", ResourceServerIntrospectionView.as_view(), name="introspect"))
