@@ -32,8 +32,11 @@ from typing import Any, Protocol
 
 logger = logging.getLogger("mcptasks.notify")
 
-#: How long a registration lasts without renewal, in keep-alive periods.
+#: How long a registration lasts without renewal, in keep-alive periods
+#: (publishers compare it with their own clock: this much skew is tolerated).
 LAPSE_PERIODS = 3
+#: The publisher's check gives up after this long and publishes.
+CHECK_TIMEOUT_SECONDS = 2.0
 
 
 class Registry(Protocol):
@@ -103,6 +106,9 @@ class RedisRegistry:
                 import redis
 
                 host = dict(self._host)
+                # A hung Redis must not hold a run's thread: the check then fails and the change is sent.
+                host.setdefault("socket_timeout", CHECK_TIMEOUT_SECONDS)
+                host.setdefault("socket_connect_timeout", CHECK_TIMEOUT_SECONDS)
                 address = host.pop("address", None)
                 self._client = redis.Redis.from_url(address, **host) if address else redis.Redis(**host)
             return self._client
