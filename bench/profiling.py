@@ -76,7 +76,8 @@ KEY_FUNCTIONS = [
     ("execution.run_task (a task run)", r"run_task \(.*mcptasks/worker/execution"),
     ("runs.claim", r"(claim|start_run) \(.*mcptasks/tasks/runs"),
     ("transitions.finish_run / complete", r"(finish_run|complete) \(.*mcptasks/tasks/transitions"),
-    ("LeaseMonitor thread", r"LeaseMonitor"),
+    ("lease monitor thread", r"mcptasks/worker/leases\.py"),
+    ("follower check before a publish", r"mcptasks/notify/followers\.py"),
     ("Celery task protocol/trace", r"/celery/app/trace\.py"),
 ]
 

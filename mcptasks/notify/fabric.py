@@ -22,6 +22,7 @@ from typing import Any
 from channels.layers import get_channel_layer
 
 from ..conf import settings
+from . import followers
 
 logger = logging.getLogger("mcptasks.notify")
 
@@ -78,9 +79,9 @@ class _Publisher:
         queue.put_nowait((group, payload))
 
     async def _drain(self, queue: asyncio.Queue[tuple[str, dict[str, Any]]]) -> None:
-        layer = get_channel_layer()
         while True:
             group, payload = await queue.get()
+            layer = get_channel_layer()  # per message: the site's layer may be replaced (settings change)
             message = {"type": MESSAGE_TYPE, "group": group, **payload}
             if "task_id" in payload and "at" in payload:
                 # Listeners on this loop hear a change at once, not after a trip
@@ -99,6 +100,21 @@ publisher = _Publisher()
 
 def publish_task(task_id: str, payload: dict[str, Any]) -> None:
     publisher.publish(task_group(task_id), {"task_id": task_id, **payload})
+
+
+def is_followed(group: str) -> bool:
+    """Whether a change committed to ``group`` is worth publishing: someone
+    listens to it (``followers``). Ask only after the change is committed.
+    On an event loop's thread the answer is yes without asking, so as not to
+    block the loop on a round trip; the publish then costs what it always did."""
+    layer = get_channel_layer()
+    if layer is None:
+        return False
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return followers.is_followed(layer, group)
+    return True
 
 
 _LIST_METHODS = {
@@ -142,6 +158,7 @@ class _Hub:
 
     def __init__(self, layer: Any) -> None:
         self.layer = layer
+        self.followers = followers.registry_of(layer)
         self.channel: str | None = None
         self.members: dict[str, set[Listener]] = {}
         self._guards: dict[str, list[Any]] = {}
@@ -173,6 +190,8 @@ class _Hub:
             for group in listener.groups:
                 async with self._guard(group):
                     if group not in self.members:
+                        # Registered before joining: see ``followers``.
+                        await self._follow([group])
                         await self.layer.group_add(group, self.channel)
                         self.members[group] = set()
                     self.members[group].add(listener)
@@ -200,6 +219,11 @@ class _Hub:
                     await self.layer.group_discard(group, self.channel)
                 except Exception:
                     logger.debug("group_discard failed", exc_info=True)
+                try:
+                    if self.followers is not None and self.channel is not None:
+                        await self.followers.unregister([group], self.channel)
+                except Exception:  # the registration lapses by itself
+                    logger.debug("unregistering a follower failed", exc_info=True)
         if not self.members:
             if self._renewer is not None:
                 self._renewer.cancel()
@@ -215,6 +239,10 @@ class _Hub:
                     logger.debug("could not wake the receive loop", exc_info=True)
                 if not receiver.done() and not self.members:
                     receiver.cancel()
+
+    async def _follow(self, groups: list[str]) -> None:
+        if self.followers is not None and self.channel is not None and groups:
+            await self.followers.register(groups, self.channel, followers.LAPSE_PERIODS * settings.KEEPALIVE_SECONDS)
 
     async def _receive(self) -> None:
         while self.members:
@@ -237,6 +265,10 @@ class _Hub:
         """Re-join every group now and then: the layer expires memberships."""
         while self.members:
             await asyncio.sleep(settings.KEEPALIVE_SECONDS)
+            try:
+                await self._follow(list(self.members))
+            except Exception:
+                logger.debug("renewing the followers failed", exc_info=True)
             for group in list(self.members):
                 async with self._guard(group):
                     if group in self.members:

@@ -23,6 +23,8 @@ def publish_task_change(
         # Each later change is published; a stream opened now starts from a
         # snapshot read after it joined the task's group.
         return
+    if not notify.is_followed(notify.task_group(task_id)):  # checked after commit: see notify.followers
+        return
     notify.publish_task(
         task_id,
         {

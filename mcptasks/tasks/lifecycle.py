@@ -17,7 +17,7 @@ from .events import SYSTEM, EventKind, client_actor, operator_actor, worker_acto
 from .maintenance import REDISPATCH_BACKOFF_MAX_FACTOR, SweepReport, expire_now, prune_expired, sweep
 from .operator import RETRYABLE_STATUSES, audit_logger, note_result_retrieved, retry, retry_refusal
 from .quota import QUOTA_LOCK_MARGIN, TooManyActiveTasks, reconcile
-from .runs import Run, claim, heartbeat, release, set_status_message, start_run
+from .runs import Run, claim, heartbeat, held_leases, release, renew_leases, set_status_message, start_run
 from .transitions import cancel, complete, fail, finish_run, request_input, submit_input
 
 __all__ = [
@@ -41,11 +41,13 @@ __all__ = [
     "fail",
     "finish_run",
     "heartbeat",
+    "held_leases",
     "note_result_retrieved",
     "operator_actor",
     "prune_expired",
     "reconcile",
     "release",
+    "renew_leases",
     "request_input",
     "retry",
     "retry_refusal",

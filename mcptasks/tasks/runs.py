@@ -122,6 +122,30 @@ def heartbeat(task_id: str, *, worker: str) -> bool:
     )
 
 
+def renew_leases(runs: dict[str, str]) -> set[str]:
+    """``heartbeat`` for many runs (worker name -> task id) in one statement.
+    Returns the workers that still hold their task's lease; a second
+    statement finds them only when some did not."""
+    if not runs:
+        return set()
+    lease = timezone.now() + timedelta(seconds=settings.LEASE_SECONDS)
+    renewed = _held(runs).update(lease_expires_at=lease)
+    return set(runs) if renewed == len(runs) else held_leases(runs)
+
+
+def held_leases(runs: dict[str, str]) -> set[str]:
+    """The workers (of ``runs``: worker name -> task id) whose task is still
+    ``working`` under their lease, in one statement."""
+    if not runs:
+        return set()
+    return set(_held(runs).values_list("lease_owner", flat=True))
+
+
+def _held(runs: dict[str, str]) -> Any:
+    # A worker name is unique to its run, so the two lists pair themselves.
+    return Task.objects.filter(pk__in=set(runs.values()), lease_owner__in=list(runs), status=TaskStatus.WORKING)
+
+
 def set_status_message(task_id: str, message: str, *, worker: str) -> bool:
     with transaction.atomic():
         changed = Task.objects.filter(pk=task_id, status=TaskStatus.WORKING, lease_owner=worker).update(

@@ -1,9 +1,9 @@
 """Running a tool: inline within a request, or as one run of a durable task.
 
 A task run claims the task's lease, replays the answers recorded so far, calls
-the tool, and records the outcome through ``lifecycle``. While the tool runs a
-monitor thread renews the lease and watches for a cancel, so the tool's
-context learns of a cancel within ``CANCEL_POLL_SECONDS``.
+the tool, and records the outcome through ``lifecycle``. While the tool runs
+the process's lease monitor (``leases``) renews the lease and watches for a
+cancel, so the tool's context learns of a cancel within ``CANCEL_POLL_SECONDS``.
 """
 
 from __future__ import annotations
@@ -12,14 +12,9 @@ import logging
 import os
 import socket
 import threading
-import time
 import uuid
 
-from django.db import close_old_connections, connection
-
-from ..conf import settings
 from ..errors import INTERNAL_ERROR, HandOff, InputNeeded, InvalidParams, ProtocolError, TaskCancelled
-from ..models import Task, TaskStatus
 from ..protocol import eras
 from ..tasks import lifecycle
 from ..telemetry import runs as run_telemetry
@@ -27,6 +22,7 @@ from ..tools.calls import tool_context
 from ..tools.invoke import invoke
 from ..tools.registry import registry
 from ..tools.results import error_result
+from . import leases
 
 logger = logging.getLogger("mcptasks.execution")
 
@@ -37,45 +33,6 @@ logger = logging.getLogger("mcptasks.execution")
 def worker_name() -> str:
     """Unique per run: a lease names the run that holds it."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-
-
-class LeaseMonitor(threading.Thread):
-    """Renews the lease and sets ``cancel_event`` when the task stops being
-    ``working`` under this run (cancelled, or the lease was lost)."""
-
-    def __init__(self, task_id: str, worker: str, cancel_event: threading.Event) -> None:
-        super().__init__(name=f"mcptasks-lease-{task_id[:8]}", daemon=True)
-        self.task_id = task_id
-        self.worker = worker
-        self.cancel_event = cancel_event
-        self._stop = threading.Event()
-
-    def run(self) -> None:
-        poll = settings.CANCEL_POLL_SECONDS
-        beat_every = settings.HEARTBEAT_SECONDS
-        next_beat = time.monotonic() + beat_every
-        try:
-            while not self._stop.wait(poll):
-                try:
-                    if time.monotonic() >= next_beat:
-                        next_beat = time.monotonic() + beat_every
-                        alive = lifecycle.heartbeat(self.task_id, worker=self.worker)
-                    else:
-                        alive = Task.objects.filter(
-                            pk=self.task_id, status=TaskStatus.WORKING, lease_owner=self.worker
-                        ).exists()
-                except Exception:  # the database blipped: try again next tick
-                    logger.warning("lease check failed for %s", self.task_id, exc_info=True)
-                    close_old_connections()
-                    continue
-                if not alive:
-                    self.cancel_event.set()
-                    return
-        finally:
-            connection.close()
-
-    def stop(self) -> None:
-        self._stop.set()
 
 
 def run_task(task_id: str) -> str:
@@ -92,7 +49,6 @@ def run_task(task_id: str) -> str:
         lifecycle.fail(task_id, InvalidParams(f"Unknown tool: {task.tool_name}").to_dict(), actor=actor)
         return "failed"
     cancel_event = threading.Event()
-    monitor = LeaseMonitor(task_id, worker, cancel_event)
     ctx = tool_context(
         owner=task.owner,
         capabilities=task.client_capabilities,
@@ -101,7 +57,7 @@ def run_task(task_id: str) -> str:
         cancel_event=cancel_event,
         on_status=lambda message: lifecycle.set_status_message(task_id, message, worker=worker),
     )
-    monitor.start()
+    leases.monitor.watch(task_id, worker, cancel_event)
     try:
         kwargs = tool.validate_arguments(task.arguments)
         result = invoke(tool, ctx, kwargs)
@@ -124,6 +80,6 @@ def run_task(task_id: str) -> str:
         lifecycle.fail(task_id, {"code": INTERNAL_ERROR, "message": "Internal error"}, actor=actor, worker=worker)
         return "failed"
     finally:
-        monitor.stop()
+        leases.monitor.forget(worker)
     lifecycle.finish_run(task_id, result, worker=worker, to=eras.status_after_result(task.era, result))
     return "completed"

@@ -186,7 +186,7 @@ def forward_task_change(
     if task is None or task.era != Era.LEGACY or from_status == to_status:
         return
     session_id = LegacyTask.objects.filter(task_id=task_id).values_list("session_id", flat=True).first()
-    if not session_id:
+    if not session_id or not notify.is_followed(session_group(session_id)):
         return
     notify.publisher.publish(
         session_group(session_id),

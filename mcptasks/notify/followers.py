@@ -1,0 +1,158 @@
+"""Who follows which group, so that a change nobody follows is not published.
+
+Every ``group_send`` costs the publisher a hop to its event loop and the
+layer several Redis round trips, and most task changes have no listener. A
+listening event loop (``fabric._Hub``) registers itself as a follower of a
+group *before* it joins the group, renews the registration with the
+membership, and drops it after leaving. A publisher asks, *after* its change
+is committed, whether the group has a follower, and sends nothing when not.
+
+Why nothing is lost (the argument in full is in docs/architecture.md): a
+stream registers, joins, and only then reads the state it starts from. If a
+change committed before that read, the read shows it; if after, the
+publisher's check (after its commit) comes after the registration and sees
+it, and its send comes after the join.
+
+Registries, by layer:
+
+- ``channels_redis``'s ``RedisChannelLayer``: a sorted set per group in the
+  layer's (first) Redis, one member per listening channel, scored by when the
+  registration lapses; a lapsed one (a killed process) counts for nothing.
+- ``InMemoryChannelLayer``: a count in this process (nobody else can listen).
+- any other layer: none; every change is published, as it always was.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import weakref
+from typing import Any, Protocol
+
+logger = logging.getLogger("mcptasks.notify")
+
+#: How long a registration lasts without renewal, in keep-alive periods
+#: (publishers compare it with their own clock: this much skew is tolerated).
+LAPSE_PERIODS = 3
+#: The publisher's check gives up after this long and publishes.
+CHECK_TIMEOUT_SECONDS = 2.0
+
+
+class Registry(Protocol):
+    async def register(self, groups: list[str], member: str, ttl: float) -> None: ...
+    async def unregister(self, groups: list[str], member: str) -> None: ...
+    def is_followed(self, group: str) -> bool: ...
+
+
+class InProcessRegistry:
+    """For a layer that delivers only within this process."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._members: dict[str, set[str]] = {}
+
+    async def register(self, groups: list[str], member: str, ttl: float) -> None:
+        with self._lock:
+            for group in groups:
+                self._members.setdefault(group, set()).add(member)
+
+    async def unregister(self, groups: list[str], member: str) -> None:
+        with self._lock:
+            for group in groups:
+                members = self._members.get(group)
+                if members is not None:
+                    members.discard(member)
+                    if not members:
+                        del self._members[group]
+
+    def is_followed(self, group: str) -> bool:
+        return group in self._members
+
+
+class RedisRegistry:
+    """Sorted sets in the Redis of a ``channels_redis`` layer: the async side
+    uses the layer's own connections, the publisher's check a small
+    synchronous client (publishers are sync code on worker threads)."""
+
+    def __init__(self, layer: Any, host: dict[str, Any]) -> None:
+        self.layer = layer
+        self._host = host
+        self._prefix = f"{layer.prefix}:mcptasks.followers:"
+        self._client: Any = None
+        self._lock = threading.Lock()
+
+    def _key(self, group: str) -> str:
+        return self._prefix + group
+
+    async def register(self, groups: list[str], member: str, ttl: float) -> None:
+        now = time.time()
+        async with self.layer.connection(0).pipeline(transaction=False) as pipe:
+            for group in groups:
+                pipe.zremrangebyscore(self._key(group), "-inf", now)  # lapsed members (killed processes)
+                pipe.zadd(self._key(group), {member: now + ttl})
+                pipe.expire(self._key(group), int(ttl) + 1)
+            await pipe.execute()
+
+    async def unregister(self, groups: list[str], member: str) -> None:
+        async with self.layer.connection(0).pipeline(transaction=False) as pipe:
+            for group in groups:
+                pipe.zrem(self._key(group), member)
+            await pipe.execute()
+
+    def _sync_client(self) -> Any:
+        with self._lock:
+            if self._client is None:
+                import redis
+
+                host = dict(self._host)
+                # A hung Redis must not hold a run's thread: the check then fails and the change is sent.
+                host.setdefault("socket_timeout", CHECK_TIMEOUT_SECONDS)
+                host.setdefault("socket_connect_timeout", CHECK_TIMEOUT_SECONDS)
+                address = host.pop("address", None)
+                self._client = redis.Redis.from_url(address, **host) if address else redis.Redis(**host)
+            return self._client
+
+    def is_followed(self, group: str) -> bool:
+        return bool(self._sync_client().zcount(self._key(group), time.time(), "+inf"))
+
+
+_registries_lock = threading.Lock()
+_registries: weakref.WeakKeyDictionary[Any, Registry | None] = weakref.WeakKeyDictionary()
+
+
+def registry_of(layer: Any) -> Registry | None:
+    """The registry that serves ``layer`` (the same object for the same
+    layer), or ``None`` when the layer has none."""
+    with _registries_lock:
+        if layer in _registries:
+            return _registries[layer]
+        registry = _registries[layer] = _new_registry(layer)
+        return registry
+
+
+def _new_registry(layer: Any) -> Registry | None:
+    from channels.layers import InMemoryChannelLayer
+
+    if isinstance(layer, InMemoryChannelLayer):
+        return InProcessRegistry()
+    # channels_redis's layer (or a subclass), known without importing the optional extra.
+    is_redis_layer = any(
+        cls.__name__ == "RedisChannelLayer" and cls.__module__ == "channels_redis.core" for cls in type(layer).__mro__
+    )
+    if is_redis_layer and layer.hosts and "master_name" not in layer.hosts[0]:  # not behind Sentinel
+        return RedisRegistry(layer, layer.hosts[0])
+    return None
+
+
+def is_followed(layer: Any, group: str) -> bool:
+    """Whether a change to ``group`` may have a listener. Called after the
+    change is committed. When in doubt (no registry, Redis unreachable): yes."""
+    registry = registry_of(layer)
+    if registry is None:
+        return True
+    try:
+        return registry.is_followed(group)
+    except Exception:
+        logger.warning("could not look up the followers of %s; publishing", group, exc_info=True)
+        return True

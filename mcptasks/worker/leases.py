@@ -1,0 +1,104 @@
+"""One lease monitor per worker process, for all of its runs.
+
+While a tool runs, its lease is renewed every ``HEARTBEAT_SECONDS`` and its
+task is checked every ``CANCEL_POLL_SECONDS``: once the task stops being
+``working`` under the run (cancelled, or the lease lapsed and someone else
+took it) the run's cancel event is set, and its tool's context sees the
+cancel. A single thread does this for every run of the process, with one
+statement per tick whatever the number of runs, and sleeps while there are
+none. A short run (most runs) ends before the first tick and costs the
+monitor nothing but two dictionary updates.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+
+from django.db import connection
+
+from ..conf import settings
+from ..tasks import lifecycle
+
+logger = logging.getLogger("mcptasks.execution")
+
+
+class LeaseMonitor:
+    """The process's monitor: ``watch`` a run when it starts, ``forget`` it
+    when it ends."""
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        self._runs: dict[str, tuple[str, threading.Event]] = {}  # worker -> (task id, cancel event)
+        self._wake = threading.Event()  # set when a run arrives while the thread waits for one
+        self._waiting = False
+        self._thread: threading.Thread | None = None
+
+    def watch(self, task_id: str, worker: str, cancel_event: threading.Event) -> None:
+        if self._pid != os.getpid():  # forked: the parent's thread did not come along
+            self._reset()
+        with self._lock:
+            self._runs[worker] = (task_id, cancel_event)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._loop, name="mcptasks-leases", daemon=True)
+                self._thread.start()
+            elif self._waiting:
+                self._waiting = False
+                self._wake.set()
+
+    def forget(self, worker: str) -> None:
+        # No wake-up: the next tick finds the run gone (back-to-back short
+        # runs would otherwise wake the thread twice each).
+        with self._lock:
+            self._runs.pop(worker, None)
+
+    def watched(self) -> int:
+        with self._lock:
+            return len(self._runs)
+
+    def _loop(self) -> None:
+        next_beat = time.monotonic() + settings.HEARTBEAT_SECONDS
+        while True:
+            with self._lock:
+                idle = self._waiting = not self._runs
+                if idle:
+                    self._wake.clear()
+            if idle:
+                # Nothing to watch: hold no connection while waiting for a run.
+                if connection.connection is not None:
+                    connection.close()
+                self._wake.wait()
+                next_beat = time.monotonic() + settings.HEARTBEAT_SECONDS
+                continue
+            time.sleep(settings.CANCEL_POLL_SECONDS)
+            with self._lock:
+                runs = {worker: task_id for worker, (task_id, _) in self._runs.items()}
+            if not runs:
+                continue
+            try:
+                if time.monotonic() >= next_beat:
+                    next_beat = time.monotonic() + settings.HEARTBEAT_SECONDS
+                    held = lifecycle.renew_leases(runs)
+                else:
+                    held = lifecycle.held_leases(runs)
+            except Exception:  # the database blipped: try again next tick
+                logger.warning("lease check of %d runs failed", len(runs), exc_info=True)
+                connection.close()
+                continue
+            self._stop_lost(set(runs) - held)
+
+    def _stop_lost(self, lost: set[str]) -> None:
+        with self._lock:
+            events = [self._runs.pop(worker)[1] for worker in lost if worker in self._runs]
+        for event in events:
+            event.set()
+
+
+#: The monitor of this process.
+monitor = LeaseMonitor()
