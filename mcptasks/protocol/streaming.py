@@ -16,8 +16,7 @@ import asyncio
 import logging
 import threading
 import weakref
-from collections.abc import AsyncIterator, Callable
-from contextlib import aclosing
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 from django.db import connection
@@ -51,10 +50,13 @@ class Stream:
         self.messages = messages
 
     async def encoded(self) -> AsyncIterator[bytes]:
-        # Closed with the response, so that a hang-up reaches the run at once.
-        async with aclosing(self.messages) as messages:
-            async for message in messages:
+        try:
+            async for message in self.messages:
                 yield KEEPALIVE if message is None else sse_event(message)
+        finally:
+            # Closed with the response, so that a hang-up reaches the run at once.
+            if isinstance(self.messages, AsyncGenerator):
+                await self.messages.aclose()
 
 
 def call_cancelled() -> ProtocolError:
