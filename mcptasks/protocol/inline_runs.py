@@ -13,8 +13,36 @@ ends, or until it is dropped before it started.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
+from ..conf import settings
+from ..errors import INTERNAL_ERROR, ProtocolError
+from ..models import Task
+from ..tasks import lifecycle
+from ..tasks.waiting import wait_for_terminal
 from . import limits
+
+#: Whether the client of a run has hung up (``None``: nobody watches).
+HungUp = Callable[[], bool] | None
+
+HUNG_UP = "The client closed its connection before it was answered."
+
+
+def call_cancelled() -> ProtocolError:
+    """The error of an inline call whose run was cancelled (nobody reads it
+    after a hang-up, but the run still ends with an answer)."""
+    return ProtocolError(INTERNAL_ERROR, "The call was cancelled")
+
+
+def wait_for_auto_result(task_id: str, owner: str, hung_up: HungUp) -> Task | None:
+    """An ``auto`` tool's task once terminal within ``AUTO_TASK_BUDGET_SECONDS``
+    (``None`` past it). A client that hangs up within the budget never learnt
+    of the task: it is cancelled, as the inline run it stands for would be."""
+    done = wait_for_terminal(task_id, settings.AUTO_TASK_BUDGET_SECONDS, stop=hung_up)
+    if done is None and hung_up is not None and hung_up():
+        lifecycle.cancel(task_id, actor=lifecycle.client_actor(owner), reason=HUNG_UP)
+        raise call_cancelled()
+    return done
 
 
 class InlineRun:

@@ -23,7 +23,7 @@ from django.db import connection
 
 from ..errors import INTERNAL_ERROR, ProtocolError
 from . import jsonrpc
-from .inline_runs import InlineRun
+from .inline_runs import InlineRun, call_cancelled
 from .jsonrpc import encode_json
 
 logger = logging.getLogger("mcptasks.streaming")
@@ -57,12 +57,6 @@ class Stream:
             # Closed with the response, so that a hang-up reaches the run at once.
             if isinstance(self.messages, AsyncGenerator):
                 await self.messages.aclose()
-
-
-def call_cancelled() -> ProtocolError:
-    """The error of an inline call whose run was cancelled (nobody reads it
-    after a hang-up, but the run still ends with an answer)."""
-    return ProtocolError(INTERNAL_ERROR, "The call was cancelled")
 
 
 class Deferred:

@@ -31,16 +31,16 @@ from ...errors import (
 )
 from ...models import Era, Task, TaskStatus
 from ...tasks import lifecycle
-from ...tasks.waiting import wait_for_terminal
 from ...tools.calls import tool_context
 from ...tools.context import ToolContext
 from ...tools.invoke import invoke
 from ...tools.registry import Tool, registry
 from .. import authorization, limits
 from ..caller import Caller
+from ..inline_runs import HungUp, call_cancelled, wait_for_auto_result
 from ..jsonrpc import Message
 from ..shapes import detailed_task, task_fields
-from ..streaming import Deferred, Stream, call_cancelled, threaded_call
+from ..streaming import Deferred, Stream, threaded_call
 from ..subscriptions import listen_stream
 from .headers import (
     META_SERVER_INFO,
@@ -71,7 +71,6 @@ def create_task_result(task: Task) -> dict[str, Any]:
 # Handlers ----------------------------------------------------------------------------
 
 META_LOG_LEVEL = "io.modelcontextprotocol/logLevel"
-HUNG_UP = "The client closed its connection before it was answered."
 
 Reply = dict[str, Any] | Stream | Deferred
 
@@ -187,10 +186,8 @@ def _inline(
     *,
     can_hand_off: bool = False,
 ) -> Reply:
-    """Run ``run(ctx)`` within the request, off the web threads (which stay
-    free for polls): on a tool thread, or in a thread streaming progress and
-    log notifications when the request asked for them. Either way the
-    client hanging up cancels the run."""
+    """Run ``run(ctx)`` within the request, off the web threads, streaming its
+    notifications when the request asked for them; a hang-up cancels it."""
 
     def make_context(
         notify: Callable[[str, dict[str, Any]], None] | None = None, cancel: threading.Event | None = None
@@ -245,11 +242,7 @@ def call_tool(req: Request) -> Reply:
 
 
 def _create_task(
-    req: Request,
-    tool: Tool,
-    arguments: dict[str, Any],
-    answered: Mapping[str, lifecycle.Answer],
-    hung_up: Callable[[], bool] | None = None,
+    req: Request, tool: Tool, arguments: dict[str, Any], answered: Mapping[str, lifecycle.Answer], gone: HungUp = None
 ) -> dict[str, Any]:
     try:
         task = lifecycle.create_task(
@@ -266,12 +259,7 @@ def _create_task(
         raise limits.RateLimited(str(exc), retry_after=1.0) from None
     # create_task committed: a tasks/get for this id resolves from here on.
     if tool.task == "auto":
-        done = wait_for_terminal(task.id, settings.AUTO_TASK_BUDGET_SECONDS, stop=hung_up)
-        if done is None and hung_up is not None and hung_up():
-            # Gone within the budget: the client never learnt of the task, so
-            # it is cancelled as an inline run would be.
-            lifecycle.cancel(task.id, actor=lifecycle.client_actor(req.caller.owner), reason=HUNG_UP)
-            raise call_cancelled()
+        done = wait_for_auto_result(task.id, req.caller.owner, gone)
         if done is not None and done.status == TaskStatus.COMPLETED:
             return complete(done.result or {})
         if done is not None and done.status == TaskStatus.FAILED and done.error:
