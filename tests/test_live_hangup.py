@@ -23,7 +23,7 @@ import pytest
 
 from mcptasks.conf import settings as mcp_settings
 from tests.support import postgres_only
-from tests.support.rpc import NO_CAPS, HttpRpc, build_headers, build_meta
+from tests.support.rpc import NO_CAPS, TASKS_CAPS, HttpRpc, build_headers, build_meta
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.live, postgres_only.LIVE_STACK]
@@ -183,3 +183,25 @@ def test_live_hang_up_of_streamed_calls_frees_the_callers_runs(live_stack, hang_
         explain=lambda: live_stack.logs(),
     )
     assert all(ran < SLEEP_SECONDS / 2 for _, ran in cancelled_labels(live_stack.log_text("web"), "sse"))
+
+
+def test_live_a_task_outlives_the_connection_that_created_it(live_stack):
+    """A client that declared the tasks extension and left at once, before
+    its answer: the task it created is not cancelled and runs to the end."""
+    body, headers = call_request("outlives")
+    params = json.loads(body)["params"]
+    params["name"], params["arguments"] = "slow_compute", {"seconds": 1, "label": "outlives-the-call"}
+    params["_meta"] = build_meta(TASKS_CAPS)
+    body = json.dumps({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": params}).encode()
+    headers["Mcp-Name"] = "slow_compute"
+    send_call(live_stack.port, body, headers).close()
+
+    def status() -> str | None:
+        rows = live_stack.query(
+            "SELECT status FROM mcptasks_task WHERE tool_name = 'slow_compute' AND arguments->>'label' = %s",
+            ("outlives-the-call",),
+        )
+        return rows[0]["status"] if rows else None
+
+    wait_until(lambda: status() in ("completed", "failed", "cancelled"), 60, what="the task finished")
+    assert status() == "completed"
