@@ -108,18 +108,23 @@ def threaded_call(
         def notify(method: str, params: dict[str, Any]) -> None:
             put(("message", {"jsonrpc": "2.0", "method": method, "params": params}))
 
-        def target() -> None:
+        def answer() -> dict[str, Any]:
             try:
-                put(("message", jsonrpc.result(request_id, work(notify, run.cancel))))
+                return jsonrpc.result(request_id, work(notify, run.cancel))
             except ProtocolError as exc:
-                put(("message", jsonrpc.error(request_id, exc)))
+                return jsonrpc.error(request_id, exc)
             except BaseException:
                 logger.exception("streamed call failed")
-                put(("message", jsonrpc.error(request_id, ProtocolError(INTERNAL_ERROR, "Internal error"))))
+                return jsonrpc.error(request_id, ProtocolError(INTERNAL_ERROR, "Internal error"))
+
+        def target() -> None:
+            try:
+                final = answer()
             finally:
-                put(("end", None))
                 connection.close()
-                run.end()
+                run.end()  # before the answer goes out: its caller may call again at once
+            put(("message", final))
+            put(("end", None))
 
         threading.Thread(target=target, name="mcptasks-inline-call", daemon=True).start()
         try:
