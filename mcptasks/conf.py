@@ -98,6 +98,11 @@ class MCPTasksSettings:
     #: The Django cache that holds throttle counters (share it between
     #: processes, e.g. Redis, for exact limits).
     THROTTLE_CACHE: str = "default"
+    #: Throttles count in each process and sync with ``THROTTLE_CACHE`` every
+    #: this many milliseconds: exact per process, and across N processes at
+    #: most two intervals late (docs/reliability.md). 0 counts every request
+    #: in the cache itself (exact across processes, a round trip each).
+    THROTTLE_SYNC_MS: int = 100
     #: Threads per web process for the endpoint's database work (each keeps
     #: one database connection).
     WEB_THREADS: int = 8
