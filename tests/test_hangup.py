@@ -31,7 +31,7 @@ from tests.support.waiting import wait_until
 pytestmark = pytest.mark.django_db(transaction=True)
 
 ANON = "anonymous"
-TRACE = "project.demo"
+TRACE = "tests.testapp"
 
 
 @pytest.fixture(autouse=True)
