@@ -25,6 +25,7 @@ _off = os.environ.get("BENCH_LIMITS", "on") == "off"
 _unreachable = {
     "POLL_BURST": None if _off else 1_000_000,
     "MAX_ACTIVE_TASKS_PER_OWNER": None if _off else 1_000_000_000,
+    "MAX_INLINE_RUNS_PER_OWNER": None if _off else 1_000_000,
     "THROTTLE_RATES": {} if _off else {"call": "1000000/s", "update": "1000000/s", "listen": "1000000/s"},
 }
 MCPTASKS = {**MCPTASKS, **{k: v for k, v in _unreachable.items() if k in _known}}

@@ -117,6 +117,11 @@ class MCPTasksSettings:
     POLL_SNAPSHOT_TASKS: int = 10_000
     #: Threads per web process for tools that run inline (within tools/call).
     INLINE_TOOL_THREADS: int = 32
+    #: Inline runs (tools and prompts run within their request, streamed or
+    #: not) one caller may have in flight at once in one web process; past it,
+    #: -31000 with HTTP 429. A run counts until it ends, even after its client
+    #: hung up, so a caller cannot fill ``INLINE_TOOL_THREADS`` alone.
+    MAX_INLINE_RUNS_PER_OWNER: int | None = 8
     #: Celery queue for tool runs.
     CELERY_QUEUE: str | None = None
     #: The site's Celery app for ``manage.py mcptasks run``, as ``celery -A``

@@ -360,3 +360,43 @@ def throttle_poll(owner: str, task_id: str, poll_interval_ms: int) -> None:
     burst = settings.POLL_BURST
     if burst:
         FixedWindowThrottle("poll", burst, max(poll_interval_ms, 1) / 1000).check(f"{owner}:{task_id}")
+
+
+#: Inline runs in flight in this process, by owner (``MAX_INLINE_RUNS_PER_OWNER``).
+_inline_runs: dict[str, int] = {}
+_inline_runs_lock = threading.Lock()
+
+#: What a caller refused for too many inline runs is told to wait: runs end
+#: when their tool returns or notices a cancel, which the server cannot date.
+INLINE_RUN_RETRY_SECONDS = 1.0
+
+
+def claim_inline_run(owner: str) -> None:
+    """Count one inline run (a tool or prompt run within its request) for
+    ``owner`` until :func:`release_inline_run`. Past ``MAX_INLINE_RUNS_PER_OWNER``
+    runs of this web process at once, -31000 with HTTP 429: the inline pool is
+    shared, and one caller must not fill it."""
+    cap = settings.MAX_INLINE_RUNS_PER_OWNER
+    with _inline_runs_lock:
+        running = _inline_runs.get(owner, 0)
+        if cap is not None and running >= cap:
+            raise RateLimited(
+                f"Too many inline runs at once (limit {cap}); retry when one has ended", INLINE_RUN_RETRY_SECONDS
+            )
+        _inline_runs[owner] = running + 1
+
+
+def release_inline_run(owner: str) -> None:
+    """One inline run of ``owner`` has ended (or will never start)."""
+    with _inline_runs_lock:
+        running = _inline_runs.get(owner, 0) - 1
+        if running > 0:
+            _inline_runs[owner] = running
+        else:
+            _inline_runs.pop(owner, None)
+
+
+def inline_runs(owner: str) -> int:
+    """Inline runs of ``owner`` in flight in this process."""
+    with _inline_runs_lock:
+        return _inline_runs.get(owner, 0)

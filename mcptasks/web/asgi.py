@@ -86,8 +86,6 @@ class MCPHandler(ASGIHandler):
         return body
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        from .views import mcp_endpoint
-
         if scope["type"] != "http":
             raise ValueError(f"MCPHandler serves HTTP, not {scope['type']!r}")
         too_large = await self._refuse_oversized(scope, send)
@@ -119,25 +117,31 @@ class MCPHandler(ASGIHandler):
             return
 
         try:
-            response = await mcp_endpoint(request)
-            if not response.streaming:
-                # A plain reply is complete: nothing is left for a disconnect
-                # to stop, so it needs no watcher (the polling hot path).
-                await self.send_response(response, send)
-                return
-            # A stream runs until the client goes away: that ends it.
-            work = asyncio.ensure_future(self.send_response(response, send))
-            disconnect = asyncio.ensure_future(self.listen_for_disconnect(receive))
-            try:
-                await asyncio.wait({work, disconnect}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for task in (disconnect, work):
-                    if not task.done():
-                        task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, RequestAborted):
-                        await task
+            await self._serve_until_hangup(request, receive, send)
         finally:
             body.close()
+
+    async def _serve_until_hangup(self, request: Any, receive: Receive, send: Send) -> None:
+        """Serve the request while listening for the client going away, as
+        Django's own handler does: a hang-up cancels the view, whose inline
+        run is then cancelled (``hangup``), or ends the stream; nothing more is
+        sent. (Polls served on the loop above need no watcher: they hold no
+        work a hang-up could stop.)"""
+        from .views import mcp_endpoint
+
+        async def respond() -> None:
+            await self.send_response(await mcp_endpoint(request), send)
+
+        work = asyncio.ensure_future(respond())
+        disconnect = asyncio.ensure_future(self.listen_for_disconnect(receive))
+        try:
+            await asyncio.wait({work, disconnect}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (disconnect, work):
+                if not task.done():
+                    task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, RequestAborted):
+                    await task
 
 
 async def _poll_on_loop(scope: Scope, body: bytes) -> Any:

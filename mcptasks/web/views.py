@@ -30,6 +30,7 @@ from ..protocol.threads import tool_threads, worker_threads
 from ..telemetry import requests as request_telemetry
 from . import identity_cache
 from .authorization import authenticate
+from .hangup import cancelled_by_hangup, outliving
 from .identity import Caller, NotAuthenticated
 from .rendering import render
 
@@ -143,12 +144,21 @@ async def mcp_endpoint(request: HttpRequest) -> HttpResponse:
         return error_response(exc, status=exc.http_status or 400)
     traced = request_telemetry.open_request(data, request.headers)
     try:
-        served = await sync_to_async(_serve_post, thread_sensitive=False, executor=worker_threads())(request, data)
+        # A hang-up cancels this coroutine (see ``hangup``): the inline run is told.
+        served = await outliving(
+            sync_to_async(_serve_post, thread_sensitive=False, executor=worker_threads())(request, data), _abandon
+        )
         if isinstance(served, PendingReply):
-            return await sync_to_async(_finish, thread_sensitive=False, executor=tool_threads())(served)
+            finish = sync_to_async(_finish, thread_sensitive=False, executor=tool_threads())(served)
+            return await cancelled_by_hangup(finish, served.deferred.abandon)
         return served
     finally:
         request_telemetry.close_request(traced)
+
+
+def _abandon(served: HttpResponse | PendingReply) -> None:
+    if isinstance(served, PendingReply):
+        served.deferred.abandon()
 
 
 class PendingReply:

@@ -6,6 +6,7 @@ evolve apart, and a change here is a change to what the tests rely on.
 """
 
 import json
+import logging
 import time
 
 from mcptasks import (
@@ -23,7 +24,10 @@ from mcptasks import (
     text,
     tool,
 )
-from mcptasks.errors import INTERNAL_ERROR, MissingCapability, ProtocolError
+from mcptasks.errors import INTERNAL_ERROR, MissingCapability, ProtocolError, TaskCancelled
+
+#: What the tools leave for the tests to read (``sleep_inline``'s cancels).
+logger = logging.getLogger("tests.testapp")
 
 PNG_1X1 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg=="
 WAV_TINY = "UklGRiYAAABXQVZFZm10IBAAAAABAAEAQB8AAAB9AAACABAAZGF0YQIAAAA="
@@ -310,6 +314,17 @@ def test_tool_with_task(ctx: ToolContext) -> str:
 @tool(task="auto", description="Finishes at once when quick, becomes a task when slow.")
 def maybe_slow(ctx: ToolContext, seconds: float = 0.0) -> str:
     ctx.sleep(seconds)
+    return f"slept {seconds}s"
+
+
+@tool(description="Sleeps inline for `seconds`; logs it when the call is cancelled first (a client hang-up).")
+def sleep_inline(ctx: ToolContext, seconds: float = 1.0, label: str = "sleep") -> str:
+    started = time.monotonic()
+    try:
+        ctx.sleep(seconds)
+    except TaskCancelled:
+        logger.warning("sleep_inline %s: cancelled after %.2fs", label, time.monotonic() - started)
+        raise
     return f"slept {seconds}s"
 
 

@@ -44,7 +44,7 @@ from ..caller import Caller
 from ..modern import handlers as modern
 from ..modern.headers import server_info
 from ..replies import WireReply, empty_reply, error_reply, message_reply, result_reply, stream_reply
-from ..streaming import Stream
+from ..streaming import Deferred, Stream
 from . import sessions as legacy_sessions
 from . import streams as legacy_streams
 from .calls import TASKS_VERSION, Call, Reply, legacy_result
@@ -390,6 +390,8 @@ def get_prompt(call: Call) -> Reply:
         if answers:
             params["inputResponses"] = answers
         result = modern.get_prompt(call.modern_request(params))
+        if isinstance(result, Deferred):  # run here: this era has no hang-up rule
+            result = result.compute()
         assert isinstance(result, dict)
         if result.get("resultType") == "input_required":
             raise InputNeeded(result["inputRequests"])

@@ -31,13 +31,13 @@ from ...errors import (
 )
 from ...models import Era, Task, TaskStatus
 from ...tasks import lifecycle
-from ...tasks.waiting import wait_for_terminal
 from ...tools.calls import tool_context
 from ...tools.context import ToolContext
 from ...tools.invoke import invoke
 from ...tools.registry import Tool, registry
 from .. import authorization, limits
 from ..caller import Caller
+from ..inline_runs import HungUp, call_cancelled, wait_for_auto_result
 from ..jsonrpc import Message
 from ..shapes import detailed_task, task_fields
 from ..streaming import Deferred, Stream, threaded_call
@@ -185,8 +185,8 @@ def _inline(
     *,
     can_hand_off: bool = False,
 ) -> Reply:
-    """Run ``run(ctx)`` within the request: directly, or in a thread streaming
-    progress and log notifications when the request asked for them."""
+    """Run ``run(ctx)`` within the request, off the web threads, streaming its
+    notifications when the request asked for them; a hang-up cancels it."""
 
     def make_context(
         notify: Callable[[str, dict[str, Any]], None] | None = None, cancel: threading.Event | None = None
@@ -204,8 +204,8 @@ def _inline(
         )
 
     if not req.wants_notifications:
-        return run(make_context())
-    return threaded_call(req.message.id, lambda notify, cancel: run(make_context(notify, cancel)))
+        return Deferred(lambda cancel: run(make_context(cancel=cancel)), req.caller.owner)
+    return threaded_call(req.message.id, lambda notify, cancel: run(make_context(notify, cancel)), req.caller.owner)
 
 
 def call_tool(req: Request) -> Reply:
@@ -219,7 +219,7 @@ def call_tool(req: Request) -> Reply:
     answers = _mrtr_answers(req, subject, arguments)
     if wants_task and not tool.starts_inline:
         if tool.task == "auto":  # waits a little for the result: not on a web thread
-            return Deferred(lambda: _create_task(req, tool, arguments, {}))
+            return Deferred(lambda cancel: _create_task(req, tool, arguments, {}, cancel.is_set), req.caller.owner)
         return _create_task(req, tool, arguments, {})
 
     def run(ctx: ToolContext) -> dict[str, Any]:
@@ -233,18 +233,15 @@ def call_tool(req: Request) -> Reply:
                 for key, q in ctx.asked.items()
                 if key in answers
             }
-            return _create_task(req, tool, arguments, answered)
+            return _create_task(req, tool, arguments, answered, lambda: ctx.cancelled)
         except TaskCancelled:
-            raise ProtocolError(INTERNAL_ERROR, "The call was cancelled") from None
+            raise call_cancelled() from None
 
-    if req.wants_notifications:
-        return _inline(req, answers, run, can_hand_off=wants_task)
-    # The tool's own run happens off the web threads, which stay free for polls.
-    return Deferred(lambda: _inline(req, answers, run, can_hand_off=wants_task))
+    return _inline(req, answers, run, can_hand_off=wants_task)
 
 
 def _create_task(
-    req: Request, tool: Tool, arguments: dict[str, Any], answered: Mapping[str, lifecycle.Answer]
+    req: Request, tool: Tool, arguments: dict[str, Any], answered: Mapping[str, lifecycle.Answer], gone: HungUp = None
 ) -> dict[str, Any]:
     try:
         task = lifecycle.create_task(
@@ -261,7 +258,7 @@ def _create_task(
         raise limits.RateLimited(str(exc), retry_after=1.0) from None
     # create_task committed: a tasks/get for this id resolves from here on.
     if tool.task == "auto":
-        done = wait_for_terminal(task.id, settings.AUTO_TASK_BUDGET_SECONDS)
+        done = wait_for_auto_result(task.id, req.caller.owner, gone)
         if done is not None and done.status == TaskStatus.COMPLETED:
             return complete(done.result or {})
         if done is not None and done.status == TaskStatus.FAILED and done.error:
