@@ -57,7 +57,7 @@ class Deferred:
 
 
 def threaded_call(
-    request_id: jsonrpc.RequestId,
+    request_id: jsonrpc.RequestId | None,
     work: Callable[[Notify, threading.Event], dict[str, Any]],
 ) -> Stream:
     """Run ``work(notify, cancel_event)`` in a thread; stream what it notifies,

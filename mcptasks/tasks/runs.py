@@ -93,7 +93,16 @@ def _claim_sql(task_id: str, *, worker: str, now: datetime, lease: datetime) -> 
             WHERE task_id = claimed.id AND state = %s
         ) FROM claimed
     """
-    params = [worker, lease, task_id, TaskStatus.WORKING, now, now, worker_actor(worker), InputRequestState.ANSWERED]
+    params: list[Any] = [
+        worker,
+        lease,
+        task_id,
+        TaskStatus.WORKING,
+        now,
+        now,
+        worker_actor(worker),
+        InputRequestState.ANSWERED,
+    ]
     with connection.cursor() as cursor:
         cursor.execute(statement, params)
         row = cursor.fetchone()
