@@ -30,7 +30,7 @@ W022    a same-site authorization server whose RFC 8414 metadata is not routed
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from django.conf import settings as django_settings
@@ -39,6 +39,9 @@ from django.urls import Resolver404, resolve
 from django.utils.module_loading import import_string
 
 from .protocol.authorization import WELL_KNOWN, endpoint_path
+
+if TYPE_CHECKING:
+    from .conf import MCPTasksSettings
 
 TAG = "mcptasks"
 IN_MEMORY_LAYER = "channels.layers.InMemoryChannelLayer"
@@ -49,7 +52,7 @@ def _production() -> bool:
     return not django_settings.DEBUG
 
 
-def _mcp_settings() -> Any:
+def _mcp_settings() -> MCPTasksSettings:
     """The validated settings object (a fresh read, so checks see overrides)."""
     from .conf import MCPTasksSettings
 
