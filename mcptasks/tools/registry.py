@@ -167,7 +167,7 @@ def _build_input_model(fn: Callable[..., Any], name: str) -> tuple[type[pydantic
         annotation = hints.get(param.name, Any)
         default = ... if param.default is inspect.Parameter.empty else param.default
         fields[param.name] = (annotation, default)
-    model = pydantic.create_model(
+    model = pydantic.create_model(  # type: ignore[call-overload]
         f"{name}_arguments",
         __config__=pydantic.ConfigDict(extra="forbid"),
         **fields,
