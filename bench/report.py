@@ -140,7 +140,7 @@ def summarize(results: dict[str, Any], names: list[str] | None = None, peer: str
                 for n in mcp
             }
             e["floor"] = (
-                "mcptasks: a DRF token as `Authorization: Bearer` (`mcptasks.identity.BearerTokenAuthentication`), "
+                "mcptasks: a DRF token as `Authorization: Bearer` (`mcptasks.web.identity.BearerTokenAuthentication`), "
                 "on tasks its user created; "
                 + ", ".join(f"{n} at {100 * v:.0f} % of its anonymous rate" for n, v in anon.items())
                 + ". The peer has no authentication configured: it gets the same header and ignores it"

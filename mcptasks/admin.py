@@ -1,7 +1,7 @@
 """The operators' cockpit: tasks in the Django admin.
 
 Read-only by design: nothing here edits a row. The three actions (cancel,
-expire now, retry) go through ``mcptasks.lifecycle`` exactly as the wire
+expire now, retry) go through ``mcptasks.tasks.lifecycle`` exactly as the wire
 does, act only on rows in a legal state, report counts, and each needs its
 own permission (``mcptasks.cancel_task``, ``expire_task``, ``retry_task``).
 
@@ -261,7 +261,7 @@ class TaskAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # generic only in 
         return False
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        # Expired tasks are purged in batches (``expire now`` + the purge).
+        # Expired tasks are pruned in batches (``expire now`` + the prune).
         return False
 
     def has_cancel_permission(self, request: HttpRequest) -> bool:
@@ -387,7 +387,7 @@ class TaskAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # generic only in 
         return self._done(request)
 
     @admin.action(
-        permissions=["expire"], description="Expire selected finished tasks now (the next purge deletes them)"
+        permissions=["expire"], description="Expire selected finished tasks now (the next prune deletes them)"
     )
     def expire_tasks(self, request: HttpRequest, queryset: QuerySet[Task]) -> HttpResponse | None:
         actor = lifecycle.operator_actor(request.user.get_username())

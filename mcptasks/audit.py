@@ -1,6 +1,6 @@
 """Structured logs for the audit trail.
 
-``mcptasks.lifecycle`` logs one line per committed change (creation, every
+The ``mcptasks.lifecycle`` logger has one line per committed change (creation, every
 transition, a retry) and ``mcptasks.audit`` one per read of a finished
 task's outcome; each record carries its fields as attributes (``task_id``,
 ``kind``, ``from_status``, ``to_status``, ``actor``, ...). ``JsonFormatter``

@@ -19,7 +19,7 @@ E004    task TTLs that contradict each other or are not positive
 E005    a worker lease that a heartbeat cannot keep alive (needs > 2 heartbeats)
 W006    cancels noticed more than a second late (``CANCEL_POLL_SECONDS`` > 1)
 E006    a count or interval that must be positive is not
-W007    the sweeper or the purge is missing from the Celery beat schedule
+W007    the sweeper or the prune is missing from the Celery beat schedule
 E020    ``AUTHORIZATION_SERVERS`` is empty or lists something that is not an issuer
 E021    ``RESOURCE_URL`` is not an absolute http(s) URL
 W020    ``SCOPES`` set without ``AUTHORIZATION_SERVERS``: nobody is told where to sign in
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 
 TAG = "mcptasks"
 IN_MEMORY_LAYER = "channels.layers.InMemoryChannelLayer"
-MAINTENANCE_TASKS = ("mcptasks.sweep", "mcptasks.purge_expired")
+MAINTENANCE_TASKS = ("mcptasks.sweep", "mcptasks.prune_expired")
 
 
 def _production() -> bool:
@@ -110,7 +110,7 @@ def check_celery(app_configs: Any = None, **kwargs: Any) -> list[Any]:
             Warning(
                 f"The Celery beat schedule has no {', '.join(missing)}: runs lost to dead workers are never "
                 "recovered, or expired tasks never deleted.",
-                hint="CELERY_BEAT_SCHEDULE = {**mcptasks.beat.BEAT_SCHEDULE, ...}, and run `celery beat` "
+                hint="CELERY_BEAT_SCHEDULE = {**mcptasks.worker.beat.BEAT_SCHEDULE, ...}, and run `celery beat` "
                 "(or call `manage.py mcptasks sweep` / `prune` from cron).",
                 id="mcptasks.W007",
             )
@@ -242,16 +242,16 @@ def check_timing(app_configs: Any = None, **kwargs: Any) -> list[Any]:
     positive = {
         "POLL_INTERVAL_MS": conf.POLL_INTERVAL_MS,
         "MAX_ATTEMPTS": conf.MAX_ATTEMPTS,
-        "PURGE_BATCH_SIZE": conf.PURGE_BATCH_SIZE,
+        "PRUNE_BATCH_SIZE": conf.PRUNE_BATCH_SIZE,
         "DISPATCH_GRACE_SECONDS": conf.DISPATCH_GRACE_SECONDS,
     }
     for name, value in positive.items():
         if value <= 0:
             errors.append(Error(f"MCPTASKS['{name}'] must be positive, not {value}.", id="mcptasks.E006"))
-    if conf.PURGE_PAUSE_SECONDS < 0:
+    if conf.PRUNE_PAUSE_SECONDS < 0:
         errors.append(
             Error(
-                f"MCPTASKS['PURGE_PAUSE_SECONDS'] must be zero or more, not {conf.PURGE_PAUSE_SECONDS}.",
+                f"MCPTASKS['PRUNE_PAUSE_SECONDS'] must be zero or more, not {conf.PRUNE_PAUSE_SECONDS}.",
                 id="mcptasks.E006",
             )
         )

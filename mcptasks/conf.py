@@ -65,11 +65,11 @@ class MCPTasksSettings:
     #: Budget for ``task="auto"`` tools: wait this long for the result before
     #: answering with a task handle.
     AUTO_TASK_BUDGET_SECONDS: float = 0.5
-    #: Rows deleted per statement when purging expired tasks.
-    PURGE_BATCH_SIZE: int = 1000
-    #: Pause between purge batches (seconds), so that a large purge leaves the
+    #: Rows deleted per statement when pruning expired tasks.
+    PRUNE_BATCH_SIZE: int = 1000
+    #: Pause between prune batches (seconds), so that a large prune leaves the
     #: database and the cores to the requests meanwhile.
-    PURGE_PAUSE_SECONDS: float = 0.02
+    PRUNE_PAUSE_SECONDS: float = 0.02
     #: Lifetime of an MRTR ``requestState`` (seconds).
     REQUEST_STATE_MAX_AGE: int = 15 * 60
     #: Caching hints for ``server/discover`` and ``tools/list``.

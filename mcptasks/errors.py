@@ -78,7 +78,7 @@ def missing_tasks_extension() -> MissingCapability:
 
 
 class TaskNotFound(InvalidParams):
-    """Unknown, purged or someone else's task: deliberately indistinguishable."""
+    """Unknown, pruned or someone else's task: deliberately indistinguishable."""
 
     def __init__(self) -> None:
         super().__init__("Failed to retrieve task: Task not found")

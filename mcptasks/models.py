@@ -1,6 +1,6 @@
 """Durable rows: the source of truth for every task.
 
-Status is never written here directly: ``mcptasks.lifecycle`` owns every
+Status is never written here directly: ``mcptasks.tasks.transitions`` owns every
 transition and guards each one with a compare-and-set on the current status.
 """
 
@@ -182,7 +182,7 @@ class Task(models.Model):
                 name="mcptasks_unclaimed",
                 condition=Q(status="working", lease_expires_at__isnull=True),
             ),
-            # The purge: terminal tasks past their TTL.
+            # The prune: terminal tasks past their TTL.
             models.Index(
                 fields=["expires_at"],
                 name="mcptasks_terminal_expiry",

@@ -11,5 +11,6 @@ from django.dispatch import Signal
 
 task_created = Signal()
 task_changed = Signal()
-#: The tool (``kind="tools"``) or prompt (``kind="prompts"``) list changed.
+#: The tool (``kind="tools"``), prompt (``kind="prompts"``) or resource
+#: (``kind="resources"``, static resources and templates) list changed.
 registry_changed = Signal()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import environ
 
-from mcptasks.beat import BEAT_SCHEDULE
+from mcptasks.worker.beat import BEAT_SCHEDULE
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
@@ -145,7 +145,7 @@ MCPTASKS = {
     # know, so a static DRF token ("Bearer <key>", for scripts) is tried next.
     "AUTHENTICATION_CLASSES": [
         "mcptasks.oauth.authentication.OAuth2Authentication",
-        "mcptasks.identity.BearerTokenAuthentication",
+        "mcptasks.web.identity.BearerTokenAuthentication",
         "rest_framework.authentication.TokenAuthentication",
     ],
     # The example site serves anonymous callers (the conformance suite is one);
@@ -167,7 +167,7 @@ MCPTASKS = {
     "CELERY_QUEUE": env("MCP_CELERY_QUEUE", default=None),
     "WEB_THREADS": env.int("MCP_WEB_THREADS", default=8),
     "POLL_CONNECTIONS": env.int("MCP_POLL_CONNECTIONS", default=4),
-    "PURGE_PAUSE_SECONDS": env.float("MCP_PURGE_PAUSE_SECONDS", default=0.02),
+    "PRUNE_PAUSE_SECONDS": env.float("MCP_PRUNE_PAUSE_SECONDS", default=0.02),
     # Abuse limits; "0" turns the poll throttle off (benchmarks do).
     "POLL_BURST": env.int("MCP_POLL_BURST", default=10) or None,
     "MAX_ACTIVE_TASKS_PER_OWNER": env.int("MCP_MAX_ACTIVE_TASKS", default=1000) or None,

@@ -1,6 +1,6 @@
 """The per-owner count of active tasks (mcptasks.tasks.quota): kept equal to
 the tasks' COUNT by every creation and every move to a terminal status, on
-both paths, under concurrency, and recounted by the purge's reconcile."""
+both paths, under concurrency, and recounted by the prune's reconcile."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def test_every_terminal_move_takes_the_task_out_of_the_count(limit, quota_limit,
     completion, failure (by the run and by the system), cancellation, an
     operator's expiry of a running task, the sweeper giving up, and a run
     abandoned after too many attempts. Moves between active statuses and
-    the purge of finished tasks leave it alone."""
+    the prune of finished tasks leave it alone."""
     quota_limit(limit)
     owner = "counted"
     # Completed by its run.
@@ -90,10 +90,10 @@ def test_every_terminal_move_takes_the_task_out_of_the_count(limit, quota_limit,
     assert lifecycle.claim(task.id, worker="next") is None
     assert Task.objects.get(pk=task.id).status == TaskStatus.FAILED
     assert_counted(owner)
-    # Still-active tasks are counted; the purge deletes finished ones only.
+    # Still-active tasks are counted; the prune deletes finished ones only.
     make_task(owner=owner)
     Task.objects.filter(owner=owner).update(expires_at=timezone.now() - timedelta(seconds=1))
-    assert lifecycle.purge_expired() > 0
+    assert lifecycle.prune_expired() > 0
     assert active(owner) == 1
     assert_counted(owner)
     assert quota.reconcile() == 0, "nothing drifted"
@@ -242,9 +242,9 @@ def test_the_reconcile_skips_a_round_rather_than_wait_for_a_long_transaction(quo
     assert_counted("slow", "off", "other")
 
 
-def test_the_purge_reconciles_counts_that_drifted():
+def test_the_prune_reconciles_counts_that_drifted():
     """Rows written around the lifecycle (an import, a manual fix) leave the
-    count wrong; the purge's reconcile recounts it and folds the slots."""
+    count wrong; the prune's reconcile recounts it and folds the slots."""
     make_task(owner="drift")
     make_task(owner="drift")
     ActiveTaskCount.objects.create(owner="drift", slot=7, active=5)
@@ -253,7 +253,7 @@ def test_the_purge_reconciles_counts_that_drifted():
     now = timezone.now()
     Task.objects.create(owner="direct", tool_name="slow_compute", created_at=now, updated_at=now)
     assert quota.active_count("drift") != active("drift")
-    lifecycle.purge_expired()
+    lifecycle.prune_expired()
     assert_counted("drift", "ghost", "direct", "idle")
     assert list(ActiveTaskCount.objects.order_by("owner").values_list("owner", "slot", "active")) == [
         ("direct", 0, 1),

@@ -417,7 +417,7 @@ def test_an_admin_cancel_stops_the_running_tool_like_a_client_cancel(admin_clien
 # Expire ---------------------------------------------------------------------------------------------
 
 
-def test_expire_action_makes_finished_tasks_purgeable_and_skips_active_ones(admin_client, admin_user):
+def test_expire_action_makes_finished_tasks_prunable_and_skips_active_ones(admin_client, admin_user):
     done = completed_task()
     cancelled = cancelled_task()
     running = running_task()
@@ -429,7 +429,7 @@ def test_expire_action_makes_finished_tasks_purgeable_and_skips_active_ones(admi
     assert reload(running).status == TaskStatus.WORKING
     actor = f"operator:{admin_user.username}"
     assert TaskEvent.objects.filter(kind="expired", actor=actor).count() == 2
-    assert lifecycle.purge_expired() == 2
+    assert lifecycle.prune_expired() == 2
     assert set(Task.objects.values_list("id", flat=True)) == {running.id}
 
 

@@ -74,10 +74,10 @@ __all__ = ("celery_app",)
 SETTINGS = """\
 INSTALLED_APPS += ["rest_framework", "rest_framework.authtoken", "mcptasks"]
 
-from mcptasks.beat import BEAT_SCHEDULE
+from mcptasks.worker.beat import BEAT_SCHEDULE
 
 MCPTASKS = {
-    "AUTHENTICATION_CLASSES": ["mcptasks.identity.BearerTokenAuthentication"],
+    "AUTHENTICATION_CLASSES": ["mcptasks.web.identity.BearerTokenAuthentication"],
     "ALLOW_ANONYMOUS": False,
 }
 CELERY_BEAT_SCHEDULE = {**BEAT_SCHEDULE}
@@ -112,7 +112,7 @@ URLS_ENTRY = 'path("mcp", include("mcptasks.urls")),'
 
 # mysite/asgi.py: its last line, `application = get_asgi_application()`, becomes these.
 ASGI = """\
-from mcptasks.asgi import mcp_router
+from mcptasks.web.asgi import mcp_router
 
 application = mcp_router(get_asgi_application(), path="/mcp")
 """

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.machinery
 from pathlib import Path
 
 import grimp
@@ -104,18 +105,46 @@ def test_modules_stay_readable():
     assert too_long == []
 
 
+def test_one_builder_makes_every_tool_context():
+    """Inline calls of both eras and task runs get their ``ToolContext`` from
+    ``tools.calls.tool_context``, so a tool sees the same fields everywhere."""
+    builders = []
+    for path in _modules():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "ToolContext":
+                builders.append(str(path.relative_to(PACKAGE)))
+    assert builders == ["tools/calls.py"]
+
+
 def test_public_import_paths():
+    """The paths the README and docs give sites: each from its home, with no
+    second path kept beside it."""
     import mcptasks
-    from mcptasks.asgi import mcp_router
-    from mcptasks.beat import BEAT_SCHEDULE
-    from mcptasks.identity import BearerTokenAuthentication, Caller, owner_for
-    from mcptasks.lifecycle import cancel, create_task
+    from mcptasks.tasks.lifecycle import cancel, create_task, prune_expired
+    from mcptasks.web.asgi import mcp_router
+    from mcptasks.web.identity import BearerTokenAuthentication, Caller, owner_for
+    from mcptasks.worker.beat import BEAT_SCHEDULE
 
     assert callable(mcptasks.tool) and mcptasks.ToolContext.__name__ == "ToolContext"
     assert callable(mcp_router) and callable(owner_for) and callable(cancel) and callable(create_task)
+    assert callable(prune_expired)
     assert BearerTokenAuthentication.keyword == "Bearer" and Caller(owner="x").owner == "x"
-    assert {entry["task"] for entry in BEAT_SCHEDULE.values()} == {"mcptasks.sweep", "mcptasks.purge_expired"}
+    assert {entry["task"] for entry in BEAT_SCHEDULE.values()} == {"mcptasks.sweep", "mcptasks.prune_expired"}
     assert importlib.import_module("mcptasks.urls").urlpatterns
+
+
+@pytest.mark.parametrize("old_path", ["mcptasks.asgi", "mcptasks.beat", "mcptasks.identity", "mcptasks.lifecycle"])
+def test_no_second_path_is_kept(old_path):
+    import mcptasks
+
+    assert importlib.machinery.PathFinder.find_spec(old_path, mcptasks.__path__) is None
+
+
+def test_one_verb_for_removing_expired_tasks():
+    """Expired tasks are *pruned*: the code, the command and the admin say so
+    (a task *expires*; pruning deletes the expired ones)."""
+    sources = [p for p in PACKAGE.rglob("*") if p.suffix in (".py", ".html", ".txt") and "migrations" not in p.parts]
+    assert [str(p.relative_to(PACKAGE)) for p in sources if "purge" in p.read_text().lower()] == []
 
 
 def test_oauth_public_paths():
@@ -138,9 +167,9 @@ def test_celery_task_names_are_unchanged():
 
     from mcptasks.worker import jobs
 
-    assert (jobs.run_task.name, jobs.sweep.name, jobs.purge_expired.name) == (
+    assert (jobs.run_task.name, jobs.sweep.name, jobs.prune_expired.name) == (
         "mcptasks.run_task",
         "mcptasks.sweep",
-        "mcptasks.purge_expired",
+        "mcptasks.prune_expired",
     )
-    assert {"mcptasks.run_task", "mcptasks.sweep", "mcptasks.purge_expired"} <= set(current_app.tasks)
+    assert {"mcptasks.run_task", "mcptasks.sweep", "mcptasks.prune_expired"} <= set(current_app.tasks)

@@ -1,4 +1,4 @@
-"""The ASGI route for /mcp (mcptasks.asgi), driven in-process as a server would."""
+"""The ASGI route for /mcp (mcptasks.web.asgi), driven in-process as a server would."""
 
 from __future__ import annotations
 

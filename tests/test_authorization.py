@@ -3,7 +3,7 @@ mcptasks.protocol.authorization), in-process.
 
 Tokens are real django-oauth-toolkit rows in the test database; requests go
 through Django's test client (the ``mcptasks.urls`` route, both eras) and
-through the ASGI fast path (``mcptasks.asgi``, where no middleware runs).
+through the ASGI fast path (``mcptasks.web.asgi``, where no middleware runs).
 The full sign-in with the SDK's OAuth client is tests/test_live_oauth.py.
 """
 
@@ -481,7 +481,7 @@ def test_mcptasks_works_without_django_oauth_toolkit(tmp_path):
         "    DATABASES={'default': {'ENGINE': 'django.db.backends.sqlite3', 'NAME': ':memory:'}},\n"
         "    ROOT_URLCONF='tests.urls_without_metadata', ALLOWED_HOSTS=['testserver'],\n"
         "    MCPTASKS={'AUTHORIZATION_SERVERS': ['https://login.example.org'], 'SCOPES': ['mcp'],\n"
-        "              'AUTHENTICATION_CLASSES': ['mcptasks.identity.BearerTokenAuthentication']},\n"
+        "              'AUTHENTICATION_CLASSES': ['mcptasks.web.identity.BearerTokenAuthentication']},\n"
         "    CELERY_BROKER_URL='memory://',\n"
         ")\n"
         "django.setup()\n"

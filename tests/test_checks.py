@@ -82,7 +82,7 @@ def test_memory_broker_in_production_warns(sound):
 
 
 def test_beat_schedule_without_the_sweeper_warns(sound):
-    sound.CELERY_BEAT_SCHEDULE = {"mcptasks-purge-expired": {"task": "mcptasks.purge_expired", "schedule": 60}}
+    sound.CELERY_BEAT_SCHEDULE = {"mcptasks-prune-expired": {"task": "mcptasks.prune_expired", "schedule": 60}}
     messages = checks.run_checks(tags=["mcptasks"])
     assert [m.id for m in messages] == ["mcptasks.W007"]
     assert "mcptasks.sweep" in messages[0].msg
@@ -158,9 +158,9 @@ def test_unimportable_authentication_class(sound):
         ({"CANCEL_POLL_SECONDS": 1}, []),
         ({"CANCEL_POLL_SECONDS": 0}, ["mcptasks.E006"]),
         ({"MAX_ATTEMPTS": 0}, ["mcptasks.E006"]),
-        ({"PURGE_BATCH_SIZE": 0}, ["mcptasks.E006"]),
-        ({"PURGE_PAUSE_SECONDS": -0.5}, ["mcptasks.E006"]),
-        ({"PURGE_PAUSE_SECONDS": 0}, []),
+        ({"PRUNE_BATCH_SIZE": 0}, ["mcptasks.E006"]),
+        ({"PRUNE_PAUSE_SECONDS": -0.5}, ["mcptasks.E006"]),
+        ({"PRUNE_PAUSE_SECONDS": 0}, []),
         ({"POLL_INTERVAL_MS": 0}, ["mcptasks.E006"]),
         ({"DISPATCH_GRACE_SECONDS": -1}, ["mcptasks.E006"]),
     ],

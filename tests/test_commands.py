@@ -1,7 +1,7 @@
 """``manage.py mcptasks``: every sub-command, its counts and its ``--dry-run``.
 
 The sweeper against a worker killed mid-run is in tests/test_live_recovery.py;
-the sweep and purge internals in tests/test_maintenance.py.
+the sweep and prune internals in tests/test_maintenance.py.
 """
 
 from __future__ import annotations
@@ -160,7 +160,7 @@ def test_prune_of_a_large_backlog_never_stalls_polls(rpc, settings):
     median, worst = latencies[len(latencies) // 2], latencies[-1]
     ms = {"median": round(median * 1000), "worst": round(worst * 1000)}
     print(f"pruned {BULK} in {elapsed:.1f}s; {len(latencies)} polls, ms: {ms}")
-    assert worst < 1.0, f"a poll waited {worst:.2f}s during the purge"
+    assert worst < 1.0, f"a poll waited {worst:.2f}s during the prune"
 
 
 # inspect -------------------------------------------------------------------------------------------
@@ -226,7 +226,7 @@ def test_cancel_refuses_a_finished_or_unknown_task():
 # expire --------------------------------------------------------------------------------------------
 
 
-def test_expire_makes_a_finished_task_purgeable():
+def test_expire_makes_a_finished_task_prunable():
     task = failed_task()
     assert on("expire", task.id, "--dry-run") == "expire: would expire 1 task (failed)\n"
     assert reload(task).expires_at > timezone.now()

@@ -220,6 +220,43 @@ def test_mrtr_answers_reach_the_task_run(client):
     assert "Alice" in final["result"]["content"][0]["text"]
 
 
+# The context -------------------------------------------------------------------------------------
+
+
+def test_a_tool_sees_the_same_user_inline_and_in_its_task_run(client, token_for, temp_tool):
+    from rest_framework.authtoken.models import Token
+
+    from tests.support.rpc import NO_CAPS, DjangoRpc
+
+    seen: list[tuple] = []
+
+    @temp_tool(task="optional", description="Says who calls.")
+    def who_calls(ctx: ToolContext) -> str:
+        seen.append((ctx.owner, ctx.user, ctx.in_task))
+        return "ok"
+
+    token = token_for("carol")
+    user = Token.objects.get(key=token).user
+    rpc = DjangoRpc(client, token=token)
+    assert rpc.call_tool("who_calls", capabilities=NO_CAPS).result["resultType"] == "complete"
+    assert run_task(rpc.create_task("who_calls")) == "completed"
+    owner = f"user:{user.pk}"
+    assert seen == [(owner, user, False), (owner, user, True)]
+
+
+@pytest.mark.parametrize("owner", ["alice", "user:999999", "user:not-a-key"])
+def test_a_task_run_has_no_user_when_its_owner_is_none(owner, temp_tool):
+    seen: list = []
+
+    @temp_tool(task="required", description="Says who calls.")
+    def who_runs(ctx: ToolContext) -> str:
+        seen.append(ctx.user)
+        return "ok"
+
+    assert run_task(make_task(owner=owner, tool="who_runs").id) == "completed"
+    assert seen == [None]
+
+
 # Cancellation and leases ----------------------------------------------------------------------------------
 
 

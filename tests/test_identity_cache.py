@@ -19,7 +19,7 @@ def fresh(settings) -> None:
     settings.MCPTASKS = {
         **settings.MCPTASKS,
         "IDENTITY_CACHE_SECONDS": 5.0,
-        "AUTHENTICATION_CLASSES": ["mcptasks.identity.BearerTokenAuthentication"],
+        "AUTHENTICATION_CLASSES": ["mcptasks.web.identity.BearerTokenAuthentication"],
     }
     identity_cache.clear()
 

@@ -64,7 +64,7 @@ def identities(iso_stack: ChaosStack) -> dict[str, str | None]:
 
 @pytest.fixture(scope="module")
 def alices_tasks(iso_stack: ChaosStack, identities) -> dict[str, str]:
-    """One task of alice's in each status, and one that was purged."""
+    """One task of alice's in each status, and one that was pruned."""
     alice = HttpRpc(iso_stack.url, token=identities["alice"], validate=False)
     try:
         tasks = {
@@ -79,11 +79,11 @@ def alices_tasks(iso_stack: ChaosStack, identities) -> dict[str, str]:
             assert alice.wait_for(tasks[status], {status}, timeout=60)["status"] == status
         # The long task is running (its status message set) before anyone compares it.
         wait_until(lambda: (iso_stack.task_row(tasks["working"]) or {}).get("status_message"), 60, what="running")
-        purged = alice.create_task("slow_compute", {"seconds": 0, "label": "iso"})
-        alice.wait_for(purged, timeout=60)
-        iso_stack.query("DELETE FROM mcptasks_taskevent WHERE task_id = %s RETURNING id", (purged,))
-        iso_stack.query("DELETE FROM mcptasks_task WHERE id = %s RETURNING id", (purged,))
-        tasks["purged"] = purged
+        pruned = alice.create_task("slow_compute", {"seconds": 0, "label": "iso"})
+        alice.wait_for(pruned, timeout=60)
+        iso_stack.query("DELETE FROM mcptasks_taskevent WHERE task_id = %s RETURNING id", (pruned,))
+        iso_stack.query("DELETE FROM mcptasks_task WHERE id = %s RETURNING id", (pruned,))
+        tasks["pruned"] = pruned
     finally:
         alice.close()
     return tasks
@@ -154,7 +154,7 @@ def test_foreign_task_is_refused_exactly_like_an_unknown_one(iso_stack, identiti
 def test_owner_still_sees_the_tasks(iso_stack, identities, alices_tasks):
     for status, task_id in alices_tasks.items():
         reply = send(iso_stack.url, identities["alice"], "tasks/get", {"taskId": task_id})
-        if status == "purged":
+        if status == "pruned":
             assert reply.json()["error"]["code"] == -32602
         else:
             assert reply.json()["result"]["status"] == status, reply.text

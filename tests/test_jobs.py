@@ -29,7 +29,7 @@ def _kill_this_connection() -> None:
         admin.execute("SELECT pg_terminate_backend(%s, 5000)", (pid,))
 
 
-@pytest.mark.parametrize("job", ["sweep", "purge_expired"])
+@pytest.mark.parametrize("job", ["sweep", "prune_expired"])
 def test_a_maintenance_job_survives_a_connection_the_server_ended(job):
     _kill_this_connection()
     getattr(jobs, job).run()  # raises OperationalError without the upkeep

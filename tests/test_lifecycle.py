@@ -318,13 +318,13 @@ def test_set_status_message_while_running():
 # expire_now ---------------------------------------------------------------------------------------
 
 
-def test_expire_now_cancels_an_active_task_and_makes_it_purgeable():
+def test_expire_now_cancels_an_active_task_and_makes_it_prunable():
     task = running_task()
     assert lifecycle.expire_now(task.id, actor="operator:cli")
     task = reload(task)
     assert task.status == TaskStatus.CANCELLED
     assert task.expires_at <= timezone.now()
-    assert lifecycle.purge_expired() == 1
+    assert lifecycle.prune_expired() == 1
     assert not Task.objects.filter(pk=task.id).exists()
 
 

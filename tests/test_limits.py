@@ -267,7 +267,7 @@ def _active_tasks(owner: str, count: int) -> None:
         Task(owner=owner, tool_name="slow_compute", status=TaskStatus.WORKING, created_at=now, updated_at=now)
         for _ in range(count)
     )
-    # Written around the lifecycle: recount them, as the purge's reconcile would.
+    # Written around the lifecycle: recount them, as the prune's reconcile would.
     lifecycle.reconcile()
 
 

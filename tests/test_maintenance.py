@@ -1,4 +1,4 @@
-"""The sweeper (lost runs) and the purge (expired tasks)."""
+"""The sweeper (lost runs) and the prune (expired tasks)."""
 
 from __future__ import annotations
 
@@ -173,7 +173,7 @@ def test_sweep_command(capsys):
     assert Task.objects.get(pk=task.id).lease_owner == ""
 
 
-# Purge --------------------------------------------------------------------------------------------------
+# Prune --------------------------------------------------------------------------------------------------
 
 
 def expire(*tasks: Task) -> None:
@@ -181,56 +181,56 @@ def expire(*tasks: Task) -> None:
 
 
 @pytest.mark.usefixtures("transition_paths")
-def test_purge_deletes_expired_terminal_tasks_with_their_rows():
+def test_prune_deletes_expired_terminal_tasks_with_their_rows():
     done = completed_task()
     waiting = waiting_task()
     lifecycle.cancel(waiting.id, actor="client:alice")
     fresh = completed_task()
     expire(done, waiting)
-    assert lifecycle.purge_expired() == 2
+    assert lifecycle.prune_expired() == 2
     assert set(Task.objects.values_list("id", flat=True)) == {fresh.id}
     assert not TaskEvent.objects.filter(task_id__in=[done.id, waiting.id]).exists()
     assert not InputRequest.objects.filter(task_id=waiting.id).exists()
 
 
 @pytest.mark.usefixtures("transition_paths")
-def test_purge_never_deletes_an_active_task():
+def test_prune_never_deletes_an_active_task():
     running = running_task()
     waiting = waiting_task()
     unclaimed = make_task()
     expire(running, waiting, unclaimed)
-    assert lifecycle.purge_expired() == 0
+    assert lifecycle.prune_expired() == 0
     assert Task.objects.count() == 3
 
 
 @pytest.mark.usefixtures("transition_paths")
-def test_purge_dry_run_counts_only():
+def test_prune_dry_run_counts_only():
     tasks = [completed_task() for _ in range(3)]
     expire(*tasks)
-    assert lifecycle.purge_expired(dry_run=True) == 3
+    assert lifecycle.prune_expired(dry_run=True) == 3
     assert Task.objects.count() == 3
 
 
 @pytest.mark.usefixtures("transition_paths")
-def test_purge_works_in_batches():
+def test_prune_works_in_batches():
     tasks = [completed_task() for _ in range(10)]
     expire(*tasks)
-    assert lifecycle.purge_expired(batch_size=3, max_batches=2) == 6
+    assert lifecycle.prune_expired(batch_size=3, max_batches=2) == 6
     assert Task.objects.count() == 4
-    assert lifecycle.purge_expired(batch_size=3) == 4
+    assert lifecycle.prune_expired(batch_size=3) == 4
     assert Task.objects.count() == 0
 
 
-def test_purge_pauses_between_full_batches(monkeypatch, settings):
-    """A long purge leaves the database to the requests between batches; a
+def test_prune_pauses_between_full_batches(monkeypatch, settings):
+    """A long prune leaves the database to the requests between batches; a
     batch that found the last rows ends it without a pause."""
     from mcptasks.tasks import maintenance as module
 
-    settings.MCPTASKS = {**settings.MCPTASKS, "PURGE_PAUSE_SECONDS": 0.25}
+    settings.MCPTASKS = {**settings.MCPTASKS, "PRUNE_PAUSE_SECONDS": 0.25}
     pauses: list[float] = []
     monkeypatch.setattr(module.time, "sleep", pauses.append)
     expire(*[completed_task() for _ in range(7)])
-    assert lifecycle.purge_expired(batch_size=3) == 7
+    assert lifecycle.prune_expired(batch_size=3) == 7
     assert pauses == [0.25, 0.25], "after the two full batches, not after the last one"
 
 
@@ -247,25 +247,25 @@ def test_prune_command(capsys):
 BULK = 20_000
 
 
-def test_purge_a_large_backlog():
+def test_prune_a_large_backlog():
     bulk_expired_tasks(BULK)
     running = running_task()
     expire(running)
     assert Task.objects.filter(owner="bulk").count() == BULK
     started = time.monotonic()
-    deleted = lifecycle.purge_expired(batch_size=1000)
+    deleted = lifecycle.prune_expired(batch_size=1000)
     elapsed = time.monotonic() - started
-    print(f"purged {deleted} tasks in {elapsed:.2f}s")
+    print(f"pruned {deleted} tasks in {elapsed:.2f}s")
     assert deleted == BULK
     assert not Task.objects.filter(owner="bulk").exists()
     assert not TaskEvent.objects.filter(task__owner="bulk").exists()
     assert Task.objects.get(pk=running.id).status == TaskStatus.WORKING
-    assert elapsed < 120, f"purging {BULK} rows took {elapsed:.1f}s"
+    assert elapsed < 120, f"pruning {BULK} rows took {elapsed:.1f}s"
 
 
-def test_purge_stops_after_max_batches_on_a_large_backlog():
+def test_prune_stops_after_max_batches_on_a_large_backlog():
     bulk_expired_tasks(2_500)
-    assert lifecycle.purge_expired(batch_size=1000, max_batches=2) == 2000
+    assert lifecycle.prune_expired(batch_size=1000, max_batches=2) == 2000
     assert Task.objects.filter(owner="bulk").count() == 500
     # Oldest expiry first: the ones left are the most recently expired.
     left = set(Task.objects.filter(owner="bulk").values_list("id", flat=True))

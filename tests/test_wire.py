@@ -499,7 +499,7 @@ def test_someone_elses_task_looks_unknown(poll_rpc):
     assert Task.objects.get(pk=theirs.id).status == TaskStatus.WORKING
 
 
-def test_a_purged_task_is_not_found(poll_rpc):
+def test_a_pruned_task_is_not_found(poll_rpc):
     from datetime import timedelta
 
     from django.utils import timezone
@@ -507,7 +507,7 @@ def test_a_purged_task_is_not_found(poll_rpc):
     done = completed_task(owner=ANON)
     assert poll_rpc.tasks_get(done.id).result["status"] == "completed"
     Task.objects.filter(pk=done.id).update(expires_at=timezone.now() - timedelta(seconds=1))
-    assert lifecycle.purge_expired() == 1
+    assert lifecycle.prune_expired() == 1
     gone = poll_rpc.tasks_get(done.id)
     unknown = poll_rpc.tasks_get("y" * len(done.id))
     assert gone.error["code"] == -32602

@@ -1,5 +1,5 @@
 """What every change leaves behind: its ``TaskEvent`` row, and once committed
-a ``signals.task_changed`` and a structured log line (``mcptasks.lifecycle``).
+a ``signals.task_changed`` and a structured log line (on the ``mcptasks.lifecycle`` logger).
 Actors are named here too."""
 
 from __future__ import annotations

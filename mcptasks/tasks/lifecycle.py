@@ -6,7 +6,7 @@ successful change writes a ``TaskEvent`` and, once committed, sends
 
 The code lives by concern: ``creation``, ``quota`` (the per-owner count of
 active tasks), ``transitions`` (the guarded status changes), ``runs`` (a
-worker's lease), ``maintenance`` (sweeper, purge and the counts' reconcile)
+worker's lease), ``maintenance`` (sweeper, prune and the counts' reconcile)
 and ``operator`` (retry and audit).
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from .creation import Answer, clamp_ttl, create_task
 from .events import SYSTEM, EventKind, client_actor, operator_actor, worker_actor
-from .maintenance import REDISPATCH_BACKOFF_MAX_FACTOR, SweepReport, expire_now, purge_expired, sweep
+from .maintenance import REDISPATCH_BACKOFF_MAX_FACTOR, SweepReport, expire_now, prune_expired, sweep
 from .operator import RETRYABLE_STATUSES, audit_logger, note_result_retrieved, retry, retry_refusal
 from .quota import QUOTA_LOCK_MARGIN, TooManyActiveTasks, reconcile
 from .runs import Run, claim, heartbeat, release, set_status_message, start_run
@@ -43,7 +43,7 @@ __all__ = [
     "heartbeat",
     "note_result_retrieved",
     "operator_actor",
-    "purge_expired",
+    "prune_expired",
     "reconcile",
     "release",
     "request_input",

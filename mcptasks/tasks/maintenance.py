@@ -1,4 +1,4 @@
-"""Maintenance: the sweeper that recovers lost runs, the purge of expired
+"""Maintenance: the sweeper that recovers lost runs, the prune of expired
 tasks (one statement on Postgres, beside its ORM twin) with the reconcile of
 the per-owner active counts, and expiring a task at once."""
 
@@ -117,14 +117,14 @@ def _unclaimed_due(now: datetime, limit: int) -> list[tuple[str, int]]:
     return due
 
 
-def purge_expired(*, batch_size: int | None = None, dry_run: bool = False, max_batches: int | None = None) -> int:
+def prune_expired(*, batch_size: int | None = None, dry_run: bool = False, max_batches: int | None = None) -> int:
     """Delete terminal tasks past their TTL, a batch at a time so that polls
     never wait on a long delete. A running task is never expired.
 
     Then ``quota.reconcile`` recounts each owner's active tasks: it folds the
     slots concurrent writers added and corrects any drift from writes made
     outside ``mcptasks.tasks`` (one grouped count of the active tasks)."""
-    size = batch_size or settings.PURGE_BATCH_SIZE
+    size = batch_size or settings.PRUNE_BATCH_SIZE
     expired = Task.objects.filter(status__in=TERMINAL_STATUSES, expires_at__lt=timezone.now())
     if dry_run:
         return expired.count()
@@ -138,8 +138,8 @@ def purge_expired(*, batch_size: int | None = None, dry_run: bool = False, max_b
             break
         total += deleted
         batches += 1
-        if deleted == size and settings.PURGE_PAUSE_SECONDS:
-            time.sleep(settings.PURGE_PAUSE_SECONDS)
+        if deleted == size and settings.PRUNE_PAUSE_SECONDS:
+            time.sleep(settings.PRUNE_PAUSE_SECONDS)
     quota.reconcile()
     return total
 
@@ -183,7 +183,8 @@ def _delete_expired_batch_sql(expired: Any, size: int) -> int:
 
 
 def expire_now(task_id: str, *, actor: str) -> bool:
-    """Make a terminal task purgeable at once (an active one is cancelled first)."""
+    """Expire a task now, so that the next prune deletes it (an active one is
+    cancelled first)."""
     now = timezone.now()
     with transaction.atomic():
         status = Task.objects.select_for_update().filter(pk=task_id).values_list("status", flat=True).first()

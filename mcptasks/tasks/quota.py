@@ -124,7 +124,7 @@ def slot_ctes(source: str, delta: int, name: str) -> str:
 
 
 #: How long the reconcile waits for the writers in flight before it gives up
-#: until the next purge: writers that arrive meanwhile queue behind it.
+#: until the next prune: writers that arrive meanwhile queue behind it.
 RECONCILE_LOCK_TIMEOUT_MS = 200
 #: Postgres's SQLSTATE for a lock timeout.
 LOCK_NOT_AVAILABLE = "55P03"

@@ -72,13 +72,15 @@ def validate_input_response(method: str, key: str, response: Any) -> None:
 
 
 class ToolContext:
-    """Handed to a tool as its first parameter when it declares one."""
+    """Handed to a tool (or a prompt) as its first parameter when it declares
+    one. Built by ``mcptasks.tools.calls.tool_context`` for every run."""
 
     def __init__(
         self,
         *,
         owner: str,
         user: Any = None,
+        load_user: Callable[[], Any] | None = None,
         capabilities: Mapping[str, Any] | None = None,
         answers: Mapping[str, Any] | None = None,
         task_id: str | None = None,
@@ -91,7 +93,8 @@ class ToolContext:
         can_hand_off: bool = False,
     ) -> None:
         self.owner = owner
-        self.user = user
+        self._user = user
+        self._load_user = load_user
         self.capabilities = dict(capabilities or {})
         self.task_id = task_id
         self.in_task = in_task
@@ -105,6 +108,15 @@ class ToolContext:
         self._counters: dict[str, int] = {}
         #: Questions asked in this run, by key (for requestState and replay).
         self.asked: dict[str, Question] = {}
+
+    @property
+    def user(self) -> Any:
+        """The Django user who made the call, inline or in a task run (where
+        it is loaded from the task's owner on first use); ``None`` for an
+        anonymous caller, an owner that is not a user, or a deleted user."""
+        if self._load_user is not None:
+            self._user, self._load_user = self._load_user(), None
+        return self._user
 
     # Questions -----------------------------------------------------------
 

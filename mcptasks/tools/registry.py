@@ -27,16 +27,19 @@ import re
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_type_hints
+from typing import Any, Literal, TypeVar, get_type_hints, overload
 
 import pydantic
 
 from .. import signals
 from ..errors import InvalidParams
-from .context import ToolContext
+from .signatures import build_input_model, clean_schema, header_params, takes_context
 
 TaskMode = Literal["never", "optional", "required", "auto"]
 TASK_MODES: tuple[str, ...] = ("never", "optional", "required", "auto")
+
+#: A decorated function: the decorators hand it back unchanged, type and all.
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 @dataclass
@@ -93,86 +96,6 @@ class Tool:
         if self.meta:
             data["_meta"] = self.meta
         return data
-
-
-def _clean_schema(node: Any) -> Any:
-    """Drop pydantic's generated titles (they repeat the names); keep
-    properties that happen to be called ``title``."""
-    if isinstance(node, list):
-        return [_clean_schema(v) for v in node]
-    if not isinstance(node, dict):
-        return node
-    out: dict[str, Any] = {}
-    for key, value in node.items():
-        if key == "title" and isinstance(value, str):
-            continue
-        if key in ("properties", "$defs") and isinstance(value, dict):
-            out[key] = {name: _clean_schema(sub) for name, sub in value.items()}
-        else:
-            out[key] = _clean_schema(value)
-    return out
-
-
-_TCHAR = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
-
-
-def _header_params(schema: dict[str, Any], tool_name: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
-    """The ``x-mcp-header`` annotations of an input schema, checked as the
-    spec requires (token syntax, unique, primitive, reachable only through
-    ``properties``)."""
-    found: list[tuple[str, tuple[str, ...]]] = []
-
-    def walk(node: Any, path: tuple[str, ...], reachable: bool) -> None:
-        if isinstance(node, list):
-            for item in node:
-                walk(item, path, False)
-            return
-        if not isinstance(node, dict):
-            return
-        if "x-mcp-header" in node:
-            suffix = node["x-mcp-header"]
-            if not reachable or not path:
-                raise ValueError(f"tool {tool_name!r}: x-mcp-header must sit on a property reached by properties only")
-            if not isinstance(suffix, str) or not _TCHAR.match(suffix):
-                raise ValueError(f"tool {tool_name!r}: x-mcp-header {suffix!r} is not an HTTP token")
-            if node.get("type") not in ("string", "integer", "boolean"):
-                raise ValueError(f"tool {tool_name!r}: x-mcp-header needs a string, integer or boolean property")
-            found.append((suffix, path))
-        for key, value in node.items():
-            if key == "properties" and isinstance(value, dict):
-                for name, sub in value.items():
-                    walk(sub, (*path, name), reachable)
-            elif key != "x-mcp-header":
-                walk(value, path, False)
-
-    walk(schema, (), True)
-    suffixes = [suffix.lower() for suffix, _ in found]
-    if len(set(suffixes)) != len(suffixes):
-        raise ValueError(f"tool {tool_name!r}: x-mcp-header values must be unique (case-insensitively)")
-    return tuple(found)
-
-
-def _build_input_model(fn: Callable[..., Any], name: str) -> tuple[type[pydantic.BaseModel], bool]:
-    signature = inspect.signature(fn)
-    hints = get_type_hints(fn, include_extras=True)
-    params = list(signature.parameters.values())
-    wants_context = False
-    if params and (hints.get(params[0].name) is ToolContext or params[0].name == "ctx"):
-        wants_context = True
-        params = params[1:]
-    fields: dict[str, Any] = {}
-    for param in params:
-        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-            raise TypeError(f"tool {name!r}: *args and **kwargs are not supported")
-        annotation = hints.get(param.name, Any)
-        default = ... if param.default is inspect.Parameter.empty else param.default
-        fields[param.name] = (annotation, default)
-    model = pydantic.create_model(  # type: ignore[call-overload]
-        f"{name}_arguments",
-        __config__=pydantic.ConfigDict(extra="forbid"),
-        **fields,
-    )
-    return model, wants_context
 
 
 @dataclass
@@ -266,13 +189,30 @@ class Registry:
             signals.registry_changed.send(sender=Registry, kind="tools")
 
     def add_prompt(self, prompt: Prompt) -> Prompt:
-        self.prompts[prompt.name] = prompt
+        with self._lock:
+            self.prompts[prompt.name] = prompt
         signals.registry_changed.send(sender=Registry, kind="prompts")
         return prompt
 
     def remove_prompt(self, name: str) -> None:
-        if self.prompts.pop(name, None) is not None:
+        with self._lock:
+            removed = self.prompts.pop(name, None) is not None
+        if removed:
             signals.registry_changed.send(sender=Registry, kind="prompts")
+
+    def add_resource(self, resource: Resource) -> Resource:
+        with self._lock:
+            self.resources[resource.uri] = resource
+        signals.registry_changed.send(sender=Registry, kind="resources")
+        return resource
+
+    def add_template(self, template: ResourceTemplate) -> ResourceTemplate:
+        with self._lock:
+            # Registering the same template again (a module imported twice) replaces it.
+            kept = [t for t in self.templates if t.uri_template != template.uri_template]
+            self.templates = [*kept, template]
+        signals.registry_changed.send(sender=Registry, kind="resources")
+        return template
 
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
@@ -298,8 +238,13 @@ class Registry:
 registry = Registry()
 
 
+@overload
+def tool(fn: F, /) -> F: ...
+
+
+@overload
 def tool(
-    fn: Callable[..., Any] | None = None,
+    fn: None = None,
     *,
     name: str | None = None,
     title: str | None = None,
@@ -314,8 +259,32 @@ def tool(
     starts_inline: bool = False,
     scopes: Iterable[str] = (),
     registry: Registry = registry,
-) -> Any:
-    """Register ``fn`` as a tool. Usable bare (``@tool``) or with options.
+) -> Callable[[F], F]: ...
+
+
+def tool(
+    fn: F | None = None,
+    *,
+    name: str | None = None,
+    title: str | None = None,
+    description: str | None = None,
+    task: TaskMode = "never",
+    ttl_ms: int | None = None,
+    poll_interval_ms: int | None = None,
+    annotations: dict[str, Any] | None = None,
+    output_schema: dict[str, Any] | None = None,
+    input_schema: dict[str, Any] | None = None,
+    meta: dict[str, Any] | None = None,
+    starts_inline: bool = False,
+    scopes: Iterable[str] = (),
+    registry: Registry = registry,
+) -> F | Callable[[F], F]:
+    """Register ``fn`` as a tool. Usable bare (``@tool``) or with options
+    (``@tool(task="optional")``); either way the function comes back as it was.
+
+    The tool takes the ``ToolContext`` when its first parameter is annotated
+    ``ToolContext`` (or is an unannotated ``ctx``); every other parameter is an
+    argument.
 
     ``starts_inline`` tools run within the ``tools/call`` request until they
     call ``ctx.hand_off()``, asking any questions there the MRTR way, and
@@ -332,10 +301,10 @@ def tool(
     if task not in TASK_MODES:
         raise ValueError(f"task must be one of {TASK_MODES}, not {task!r}")
 
-    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+    def decorate(func: F) -> F:
         tool_name = name or func.__name__
-        model, wants_context = _build_input_model(func, tool_name)
-        schema = input_schema or _clean_schema(model.model_json_schema())
+        model, wants_context = build_input_model(func, tool_name)
+        schema = input_schema or clean_schema(model.model_json_schema())
         schema.setdefault("type", "object")
         if not model.model_fields and input_schema is None:
             schema = {"type": "object", "additionalProperties": False}
@@ -355,7 +324,7 @@ def tool(
                 poll_interval_ms=poll_interval_ms,
                 wants_context=wants_context,
                 starts_inline=starts_inline,
-                header_params=_header_params(schema, tool_name),
+                header_params=header_params(schema, tool_name),
                 meta=dict(meta or {}),
                 scopes=(scopes,) if isinstance(scopes, str) else tuple(scopes),
             )
@@ -374,17 +343,19 @@ def resource(
     description: str | None = None,
     mime_type: str | None = "text/plain",
     registry: Registry = registry,
-) -> Callable[..., Any]:
-    """Register a static resource. The function returns ``str`` (text),
-    ``bytes`` (blob) or a full contents item (``dict``)."""
+) -> Callable[[F], F]:
+    """Register a static resource at ``uri``. The function returns ``str``
+    (text), ``bytes`` (blob) or a full contents item (``dict``)."""
 
-    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
-        registry.resources[uri] = Resource(
-            uri=uri,
-            name=name or func.__name__,
-            description=description or inspect.getdoc(func) or "",
-            mime_type=mime_type,
-            fn=func,
+    def decorate(func: F) -> F:
+        registry.add_resource(
+            Resource(
+                uri=uri,
+                name=name or func.__name__,
+                description=description or inspect.getdoc(func) or "",
+                mime_type=mime_type,
+                fn=func,
+            )
         )
         return func
 
@@ -398,11 +369,11 @@ def resource_template(
     description: str | None = None,
     mime_type: str | None = "text/plain",
     registry: Registry = registry,
-) -> Callable[..., Any]:
+) -> Callable[[F], F]:
     """Register a resource template; ``{name}`` parts become keyword arguments."""
 
-    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
-        registry.templates.append(
+    def decorate(func: F) -> F:
+        registry.add_template(
             ResourceTemplate(
                 uri_template=uri_template,
                 name=name or func.__name__,
@@ -417,23 +388,40 @@ def resource_template(
     return decorate
 
 
+@overload
+def prompt(fn: F, /) -> F: ...
+
+
+@overload
 def prompt(
-    fn: Callable[..., Any] | None = None,
+    fn: None = None,
     *,
     name: str | None = None,
     title: str | None = None,
     description: str | None = None,
     completions: dict[str, Callable[[str], list[str]]] | None = None,
     registry: Registry = registry,
-) -> Any:
-    """Register a prompt. Its string parameters become the prompt's arguments
-    (required unless they have a default). It returns a string (one user
-    message) or a list of PromptMessage dicts. Like a tool, it may take a
-    ``ctx`` first and ask the client questions (MRTR)."""
+) -> Callable[[F], F]: ...
 
-    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+
+def prompt(
+    fn: F | None = None,
+    *,
+    name: str | None = None,
+    title: str | None = None,
+    description: str | None = None,
+    completions: dict[str, Callable[[str], list[str]]] | None = None,
+    registry: Registry = registry,
+) -> F | Callable[[F], F]:
+    """Register a prompt. Usable bare (``@prompt``) or with options. Its
+    string parameters become the prompt's arguments (required unless they
+    have a default). It returns a string (one user message) or a list of
+    PromptMessage dicts. Like a tool, it may take the ``ToolContext`` first
+    (found the same way) and ask the client questions (MRTR)."""
+
+    def decorate(func: F) -> F:
         params = list(inspect.signature(func).parameters.values())
-        wants_context = bool(params) and params[0].name == "ctx"
+        wants_context = takes_context(func, get_type_hints(func))
         if wants_context:
             params = params[1:]
         arguments = [{"name": p.name, "required": p.default is inspect.Parameter.empty} for p in params]

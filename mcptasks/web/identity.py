@@ -17,6 +17,7 @@ from rest_framework.request import Request
 
 from ..conf import settings
 from ..protocol.caller import Caller
+from ..tools.owners import owner_for
 
 
 class BearerTokenAuthentication(TokenAuthentication):
@@ -47,11 +48,6 @@ class _BodyIgnored(BaseParser):
 @lru_cache(maxsize=8)
 def _authenticator_classes(paths: tuple[str, ...]) -> tuple[type, ...]:
     return tuple(import_string(path) for path in paths)
-
-
-def owner_for(user: Any) -> str:
-    """A stable identity string for an authenticated Django user."""
-    return f"user:{user.pk}"
 
 
 def identify(request: HttpRequest) -> Caller:

@@ -22,7 +22,7 @@ from ..errors import INTERNAL_ERROR, HandOff, InputNeeded, InvalidParams, Protoc
 from ..models import Task, TaskStatus
 from ..protocol import eras
 from ..tasks import lifecycle
-from ..tools.context import ToolContext
+from ..tools.calls import tool_context
 from ..tools.invoke import invoke
 from ..tools.registry import registry
 from ..tools.results import error_result
@@ -91,14 +91,13 @@ def run_task(task_id: str) -> str:
         return "failed"
     cancel_event = threading.Event()
     monitor = LeaseMonitor(task_id, worker, cancel_event)
-    ctx = ToolContext(
+    ctx = tool_context(
         owner=task.owner,
         capabilities=task.client_capabilities,
         answers=run.answers,
         task_id=task_id,
         cancel_event=cancel_event,
         on_status=lambda message: lifecycle.set_status_message(task_id, message, worker=worker),
-        in_task=True,
     )
     monitor.start()
     try:

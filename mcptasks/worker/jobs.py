@@ -75,7 +75,7 @@ def sweep() -> dict[str, Any]:
     return {"redispatched": report.redispatched, "failed": report.failed}
 
 
-@shared_task(name="mcptasks.purge_expired", ignore_result=True)
+@shared_task(name="mcptasks.prune_expired", ignore_result=True)
 @with_usable_connections
-def purge_expired() -> int:
-    return lifecycle.purge_expired()
+def prune_expired() -> int:
+    return lifecycle.prune_expired()

@@ -63,7 +63,7 @@ def start_worker_processes(
 ) -> list[subprocess.Popen[bytes]]:
     base = [sys.executable, "-m", "celery", "-A", app_name]
     # The runs' queue (MCPTASKS CELERY_QUEUE) and the default one (the sweeper
-    # and the purge, as beat sends them).
+    # and the prune, as beat sends them).
     queues = dict.fromkeys(q for q in (mcp_settings.CELERY_QUEUE, app.conf.task_default_queue) if q)
     worker = [*base, "worker", "--loglevel", "WARNING", "--pool", pool, "--concurrency", str(concurrency)]
     env = child_environment(app_name)

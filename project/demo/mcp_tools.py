@@ -5,9 +5,22 @@ conformance suite calls (``test_*``, ``greet``, ``slow_compute``, ...).
 import json
 import time
 
-from mcptasks import ToolContext, ToolError, ToolResult, audio, elicitation, image, roots, sampling, text, tool
+from mcptasks import (
+    ToolContext,
+    ToolError,
+    ToolResult,
+    audio,
+    elicitation,
+    image,
+    prompt,
+    resource,
+    resource_template,
+    roots,
+    sampling,
+    text,
+    tool,
+)
 from mcptasks.errors import INTERNAL_ERROR, MissingCapability, ProtocolError
-from mcptasks.tools.registry import prompt, resource, resource_template
 
 PNG_1X1 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg=="
 WAV_TINY = "UklGRiYAAABXQVZFZm10IBAAAAABAAEAQB8AAAB9AAACABAAZGF0YQIAAAA="

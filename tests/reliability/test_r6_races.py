@@ -266,6 +266,6 @@ def _owner_of(username: str) -> str:
     return (
         "import json\n"
         "from django.contrib.auth import get_user_model\n"
-        "from mcptasks.identity import owner_for\n"
+        "from mcptasks.web.identity import owner_for\n"
         f"print(json.dumps(owner_for(get_user_model().objects.get(username={username!r}))))\n"
     )

@@ -89,7 +89,7 @@ class Command(BaseCommand):
         cancel.add_argument("--reason", default="Cancelled by an operator.", help="The task's status message.")
         cancel.add_argument("--by", default=by, help="Operator name for the audit trail.")
 
-        expire = sub.add_parser("expire", help="Make a finished task purgeable now (the next prune deletes it).")
+        expire = sub.add_parser("expire", help="Expire a finished task now (the next prune deletes it).")
         expire.add_argument("task_id", help=ID_HELP)
         expire.add_argument("--dry-run", action="store_true")
         expire.add_argument("--by", default=by, help="Operator name for the audit trail.")
@@ -134,7 +134,7 @@ class Command(BaseCommand):
         self.stdout.write(f"sweep: {verb} {report.redispatched}, {fail_verb} {report.failed}")
 
     def do_prune(self, *, dry_run: bool, batch_size: int | None, max_batches: int | None, **_: Any) -> None:
-        count = lifecycle.purge_expired(batch_size=batch_size, dry_run=dry_run, max_batches=max_batches)
+        count = lifecycle.prune_expired(batch_size=batch_size, dry_run=dry_run, max_batches=max_batches)
         self.stdout.write(f"prune: {'would delete' if dry_run else 'deleted'} {count} expired task(s)")
 
     def do_inspect(self, *, task_id: str, **_: Any) -> None:
@@ -212,11 +212,11 @@ class Command(BaseCommand):
         lapsed = working.filter(lease_expires_at__lt=now).count()
         grace = now - timedelta(seconds=settings.DISPATCH_GRACE_SECONDS)
         unclaimed = working.filter(lease_expires_at__isnull=True, dispatched_at__lt=grace).count()
-        purgeable = Task.objects.filter(status__in=TERMINAL_STATUSES, expires_at__lt=now).count()
+        prunable = Task.objects.filter(status__in=TERMINAL_STATUSES, expires_at__lt=now).count()
         oldest = Task.objects.filter(status__in=ACTIVE_STATUSES).aggregate(oldest=Min("created_at"))["oldest"]
         self.stdout.write(f"running with a lapsed lease (the next sweep re-runs them): {lapsed}")
         self.stdout.write(f"unclaimed past the dispatch grace (the next sweep re-enqueues them): {unclaimed}")
-        self.stdout.write(f"finished and expired (the next prune deletes them): {purgeable}")
+        self.stdout.write(f"finished and expired (the next prune deletes them): {prunable}")
         self.stdout.write(f"oldest active task created: {oldest.isoformat() if oldest else '-'}")
         self.stdout.write("busiest tools:")
         for row in by_tool:

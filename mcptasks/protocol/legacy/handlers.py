@@ -35,7 +35,8 @@ from ...errors import (
 )
 from ...models import Era, InputRequest, InputRequestState, LegacySession
 from ...tasks import lifecycle
-from ...tools.context import LOG_LEVELS, ToolContext, validate_input_response
+from ...tools.calls import tool_context
+from ...tools.context import LOG_LEVELS, validate_input_response
 from ...tools.invoke import invoke
 from ...tools.registry import Tool, registry
 from .. import authorization, jsonrpc, limits
@@ -286,15 +287,15 @@ def call_tool(call: Call) -> Reply:
         )
 
     def run(answers: dict[str, Any], notify: Any, cancel: Any) -> dict[str, Any]:
-        ctx = ToolContext(
+        ctx = tool_context(
             owner=call.caller.owner,
             user=call.caller.user,
             capabilities=call.session.client_capabilities,
             answers=answers,
             cancel_event=cancel,
-            on_notify=notify,
-            progress_token=call.meta.get("progressToken") if notify else None,
-            log_level=(call.session.log_level or None) if notify else None,
+            notify=notify,
+            progress_token=call.meta.get("progressToken"),
+            log_level=call.session.log_level or None,
         )
         return invoke(tool, ctx, kwargs)
 

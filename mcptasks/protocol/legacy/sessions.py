@@ -31,7 +31,7 @@ SESSION_IDLE_TIMEOUT = timedelta(hours=24)
 #: ``last_seen_at`` is written at most this often per session.
 TOUCH_EVERY = timedelta(seconds=60)
 #: Ended and idle sessions removed per new session (lazy housekeeping).
-PURGE_BATCH = 200
+PRUNE_BATCH = 200
 
 RELATED_TASK = "io.modelcontextprotocol/related-task"
 
@@ -66,7 +66,7 @@ def open_session(
     caller: Caller, protocol_version: str, capabilities: dict[str, Any], client_info: dict[str, Any]
 ) -> LegacySession:
     now = timezone.now()
-    purge_sessions()
+    prune_sessions()
     return LegacySession.objects.create(
         owner=caller.owner,
         protocol_version=protocol_version,
@@ -110,7 +110,7 @@ def close_session(session: LegacySession) -> None:
     notify.publisher.publish(session_group(session.pk), {"closed": True})
 
 
-def purge_sessions(limit: int = PURGE_BATCH) -> int:
+def prune_sessions(limit: int = PRUNE_BATCH) -> int:
     """Delete sessions ended over an hour ago, or idle past the timeout."""
     now = timezone.now()
     stale = LegacySession.objects.filter(
@@ -130,7 +130,7 @@ def visible_tasks(caller: Caller, session: LegacySession) -> QuerySet[Task]:
 
     Bound to the caller's identity; an anonymous caller has none that other
     anonymous callers share, so its tasks are bound to its session instead.
-    Finished tasks past their TTL are gone, even before the purge removes them.
+    Finished tasks past their TTL are gone, even before the prune removes them.
     """
     qs = Task.objects.filter(owner=caller.owner, era=Era.LEGACY)
     if not caller.authenticated:

@@ -32,6 +32,7 @@ from ...errors import (
 from ...models import Era, Task, TaskStatus
 from ...tasks import lifecycle
 from ...tasks.waiting import wait_for_terminal
+from ...tools.calls import tool_context
 from ...tools.context import ToolContext
 from ...tools.invoke import invoke
 from ...tools.registry import Tool, registry
@@ -191,13 +192,13 @@ def _inline(
     def make_context(
         notify: Callable[[str, dict[str, Any]], None] | None = None, cancel: threading.Event | None = None
     ) -> ToolContext:
-        return ToolContext(
+        return tool_context(
             owner=req.caller.owner,
             user=req.caller.user,
             capabilities=req.capabilities,
             answers=answers,
             can_hand_off=can_hand_off,
-            on_notify=notify,
+            notify=notify,
             cancel_event=cancel,
             progress_token=req.meta.get("progressToken"),
             log_level=req.meta.get(META_LOG_LEVEL),
