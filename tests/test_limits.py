@@ -33,6 +33,7 @@ from typing import Any
 import pytest
 from django.core.cache import caches
 
+from mcptasks import ToolContext
 from mcptasks.conf import settings as mcp_settings
 from mcptasks.models import InputRequest, InputRequestState, Task, TaskStatus
 from mcptasks.protocol.limits import throttle_cache
@@ -514,7 +515,7 @@ def test_a_tools_ttl_is_clamped_to_the_maximum(rpc, limit):
 
     limit(MAX_TTL_MS=60_000)
 
-    def forever(ctx: Any) -> str:
+    def forever(ctx: ToolContext) -> str:
         return "never read"
 
     tool(forever, name="limits_long_ttl", task="required", ttl_ms=10**12)

@@ -1,5 +1,6 @@
 """A worker's runs: the claim of a lease (one statement on Postgres, beside
-its ORM twin), heartbeats, status messages and release."""
+its ORM twin), heartbeats, status messages and release. The first claim
+stamps the task's ``started_at``, which ends its queue wait."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import connection, transaction
-from django.db.models import F, Q
+from django.db import connection, models, transaction
+from django.db.models import F, Q, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from ..conf import settings
@@ -64,7 +66,12 @@ def _claim_orm(task_id: str, *, worker: str, now: datetime, lease: datetime) -> 
         got = (
             Task.objects.filter(pk=task_id, status=TaskStatus.WORKING)
             .filter(Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=now))
-            .update(lease_owner=worker, lease_expires_at=lease, attempts=F("attempts") + 1)
+            .update(
+                lease_owner=worker,
+                lease_expires_at=lease,
+                attempts=F("attempts") + 1,
+                started_at=Coalesce(F("started_at"), Value(now, output_field=models.DateTimeField())),
+            )
         )
         if not got:
             return None
@@ -81,7 +88,8 @@ def _claim_sql(task_id: str, *, worker: str, now: datetime, lease: datetime) -> 
     t = sql.tables()
     statement = f"""
         WITH claimed AS (
-            UPDATE {t["task"]} SET lease_owner = %s, lease_expires_at = %s, attempts = attempts + 1
+            UPDATE {t["task"]} SET lease_owner = %s, lease_expires_at = %s, attempts = attempts + 1,
+                started_at = COALESCE(started_at, %s)
             WHERE id = %s AND status = %s AND (lease_expires_at IS NULL OR lease_expires_at < %s)
             RETURNING {columns}
         ), started AS (
@@ -93,16 +101,8 @@ def _claim_sql(task_id: str, *, worker: str, now: datetime, lease: datetime) -> 
             WHERE task_id = claimed.id AND state = %s
         ) FROM claimed
     """
-    params: list[Any] = [
-        worker,
-        lease,
-        task_id,
-        TaskStatus.WORKING,
-        now,
-        now,
-        worker_actor(worker),
-        InputRequestState.ANSWERED,
-    ]
+    params: list[Any] = [worker, lease, now, task_id, TaskStatus.WORKING, now]
+    params += [now, worker_actor(worker), InputRequestState.ANSWERED]
     with connection.cursor() as cursor:
         cursor.execute(statement, params)
         row = cursor.fetchone()

@@ -4,7 +4,8 @@ Every transition is a compare-and-set: it names the statuses it may start from,
 locks the row (Postgres), and updates it only if the status is still one of
 them. A terminal status is final. So a worker finishing while a cancel arrives,
 or two answers racing, can never break ``working <-> input_required ->
-completed | failed | cancelled``. A run's finish on Postgres is one statement
+completed | failed | cancelled``. A move to a terminal status stamps
+``finished_at`` in the same write. A run's finish on Postgres is one statement
 (``_finish_run_sql``) beside its ORM twin (``_transition``). A move from an
 active status to a terminal one takes the task out of its owner's count
 (``quota``) in the same statement or transaction.
@@ -51,6 +52,8 @@ def _transition(
     update = Task.objects.filter(pk=task_id, status=current)
     if extra_filter is not None:
         update = update.filter(extra_filter)
+    if to in TERMINAL_STATUSES:
+        fields = {**(fields or {}), "finished_at": now}
     changed = update.update(status=to, updated_at=now, **dict(fields or {}))
     if not changed:
         return False
@@ -112,7 +115,7 @@ def _finish_run_sql(task_id: str, *, to: str, worker: str, fields: Mapping[str, 
     actor = worker_actor(worker)
     statement = f"""
         WITH finished AS (
-            UPDATE {t["task"]} SET status = %s, updated_at = %s, {assignments}
+            UPDATE {t["task"]} SET status = %s, updated_at = %s, finished_at = %s, {assignments}
             WHERE id = %s AND status = %s AND lease_owner = %s
             RETURNING {columns}
         ), recorded AS (
@@ -121,7 +124,7 @@ def _finish_run_sql(task_id: str, *, to: str, worker: str, fields: Mapping[str, 
         ), {quota.slot_ctes("finished", -1, "uncounted")}
         SELECT * FROM finished
     """
-    params = [to, now, *values, task_id, TaskStatus.WORKING, worker, now, TaskStatus.WORKING, actor]
+    params = [to, now, now, *values, task_id, TaskStatus.WORKING, worker, now, TaskStatus.WORKING, actor]
     params.append(sql.db_value(TaskEvent, "detail", {}))
     with connection.cursor() as cursor:
         cursor.execute(statement, params)
