@@ -24,7 +24,6 @@ nothing else on the machine is touched; Redis keys are deleted at the end.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import time
 from collections.abc import Callable
@@ -33,16 +32,12 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
+from tests.support import processes
+from tests.support.processes import free_port as free_port
 
 from bench import envs, procs
 
 REPO = envs.REPO
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
@@ -102,10 +97,7 @@ class Services:
 
 def uvicorn_argv(python: Path, app: str, port: int, workers: int | None = None) -> list[str]:
     """Every contender's uvicorn command line: uvloop and httptools, no access log."""
-    argv = [str(python), "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port)]
-    if workers is not None:
-        argv += ["--workers", str(workers)]
-    return [*argv, "--loop", "uvloop", "--http", "httptools", "--log-level", "warning", "--no-access-log"]
+    return processes.uvicorn_argv(port, app, python=python, workers=workers or 1, production_loop=True)
 
 
 def manage_argv(*args: str) -> list[str]:
@@ -143,7 +135,7 @@ MCP_WEB = {
 PEER_LABEL = "fastmcp-tasks · uvicorn ×2"
 PEER_APP = "bench.peer_server:app"
 
-# bin/run's defaults (issue 15): ``manage.py mcptasks run``, one uvicorn
+# bin/run's defaults: ``manage.py mcptasks run``, one uvicorn
 # process with its own Celery worker (prefork, 4 children) and beat, beside
 # the peer's single process (one uvicorn process running its Docket worker).
 RUN_LABEL = "mcptasks · `mcptasks run` defaults"
@@ -162,7 +154,7 @@ class Web:
     #: ``mcptasks run``: the web is the process itself, its children (the
     #: Celery worker and beat) are workers.
     runs_own_workers: bool = False
-    #: Processes that execute tasks for this contender (P3 per process).
+    #: Processes that execute tasks for this contender (throughput per process).
     executing_processes: int = 0
 
     def pids(self) -> list[int]:
@@ -249,7 +241,7 @@ class Bench:
 
     def make_token(self) -> str:
         """A user and its DRF token in the bench database: real clients send a
-        bearer token, so P1 also polls with one."""
+        bearer token, so the polls measure also polls with one."""
         code = (
             "from django.contrib.auth import get_user_model; from rest_framework.authtoken.models import Token; "
             "u, _ = get_user_model().objects.get_or_create(username='bench-client'); "
