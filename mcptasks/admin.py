@@ -20,7 +20,7 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
-from django.contrib.admin.utils import quote, unquote
+from django.contrib.admin.utils import flatten_fieldsets, quote, unquote
 from django.core.paginator import Paginator
 from django.db import connections
 from django.db.models import Q, QuerySet
@@ -44,7 +44,8 @@ COUNT_CAP = 10_000
 JSON_DISPLAY_LIMIT = 20_000
 
 
-class EstimatedCountPaginator(Paginator):
+# Paginator, ModelAdmin and TabularInline are generic only in django-stubs: subscripted, they fail at run time.
+class EstimatedCountPaginator(Paginator):  # type: ignore[type-arg]
     """A paginator that never counts a whole large table.
 
     Unfiltered, it reads Postgres's row estimate (``pg_class.reltuples``,
@@ -82,7 +83,7 @@ class EstimatedCountPaginator(Paginator):
         return str(count)
 
     @staticmethod
-    def _estimate(qs: QuerySet) -> int | None:
+    def _estimate(qs: QuerySet[Any]) -> int | None:
         connection = connections[qs.db]
         if connection.vendor != "postgresql":
             return None
@@ -105,7 +106,7 @@ class ToolFilter(admin.SimpleListFilter):
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         return sorted((tool.name, tool.name) for tool in registry.all())
 
-    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         value = self.value()
         return queryset.filter(tool_name=value) if value else queryset
 
@@ -138,7 +139,7 @@ def status_badge(status: str) -> str:
     return format_html('<span class="mcptasks-badge mcptasks-{}">{}</span>', status, status.replace("_", " "))
 
 
-class _ReadOnlyInline(admin.TabularInline):
+class _ReadOnlyInline(admin.TabularInline):  # type: ignore[type-arg]  # generic only in the stubs (above)
     extra = 0
     max_num = 0
     can_delete = False
@@ -215,7 +216,7 @@ def _plural(n: int, word: str = "task") -> str:
 
 
 @admin.register(Task)
-class TaskAdmin(admin.ModelAdmin):
+class TaskAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # generic only in the stubs (above)
     list_display = ("short_id", "tool_name", "status_badge", "owner", "era_version", "created", "updated", "expires")
     list_filter = ("status", ToolFilter, "era", ("created_at", admin.DateFieldListFilter))
     search_fields = ("id", "tool_name", "owner")
@@ -260,7 +261,7 @@ class TaskAdmin(admin.ModelAdmin):
             },
         ),
     )
-    readonly_fields = tuple(f for _, options in fieldsets for f in options["fields"])
+    readonly_fields = tuple(flatten_fieldsets(fieldsets))
 
     class Media:
         css = {"all": ("mcptasks/admin.css",)}
@@ -292,7 +293,7 @@ class TaskAdmin(admin.ModelAdmin):
 
     # The change list -------------------------------------------------------------------
 
-    def get_queryset(self, request: HttpRequest) -> QuerySet:
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Task]:
         qs = super().get_queryset(request)
         match = getattr(request, "resolver_match", None)
         if match is not None and match.url_name == "mcptasks_task_changelist":
@@ -300,7 +301,9 @@ class TaskAdmin(admin.ModelAdmin):
             qs = qs.defer("arguments", "client_capabilities", "result", "error")
         return qs
 
-    def get_search_results(self, request: HttpRequest, queryset: QuerySet, search_term: str) -> tuple[QuerySet, bool]:
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Task], search_term: str
+    ) -> tuple[QuerySet[Task], bool]:
         """Exact, case-sensitive matches only, each served by an index
         (the primary key, ``tool_name`` and ``owner`` lead their indexes)."""
         term = search_term.strip()
@@ -391,7 +394,7 @@ class TaskAdmin(admin.ModelAdmin):
     # The actions ----------------------------------------------------------------------------
 
     @admin.action(permissions=["cancel"], description="Cancel selected running or waiting tasks")
-    def cancel_tasks(self, request: HttpRequest, queryset: QuerySet) -> HttpResponse | None:
+    def cancel_tasks(self, request: HttpRequest, queryset: QuerySet[Task]) -> HttpResponse | None:
         actor = lifecycle.operator_actor(request.user.get_username())
         done = 0
         for task_id in queryset.filter(status__in=ACTIVE_STATUSES).values_list("id", flat=True).iterator():
@@ -404,7 +407,7 @@ class TaskAdmin(admin.ModelAdmin):
     @admin.action(
         permissions=["expire"], description="Expire selected finished tasks now (the next prune deletes them)"
     )
-    def expire_tasks(self, request: HttpRequest, queryset: QuerySet) -> HttpResponse | None:
+    def expire_tasks(self, request: HttpRequest, queryset: QuerySet[Task]) -> HttpResponse | None:
         actor = lifecycle.operator_actor(request.user.get_username())
         done = 0
         for task_id in queryset.filter(status__in=TERMINAL_STATUSES).values_list("id", flat=True).iterator():
@@ -417,7 +420,7 @@ class TaskAdmin(admin.ModelAdmin):
         return self._done(request)
 
     @admin.action(permissions=["retry"], description="Retry selected failed or cancelled tasks as new tasks")
-    def retry_tasks(self, request: HttpRequest, queryset: QuerySet) -> HttpResponse | None:
+    def retry_tasks(self, request: HttpRequest, queryset: QuerySet[Task]) -> HttpResponse | None:
         actor = lifecycle.operator_actor(request.user.get_username())
         created: list[Task] = []
         refused: Counter[str] = Counter()

@@ -31,7 +31,7 @@ E030    ``TELEMETRY`` is not ``"off"``, ``"propagation"`` or ``"native"``
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from django.conf import settings as django_settings
@@ -40,6 +40,9 @@ from django.urls import Resolver404, resolve
 from django.utils.module_loading import import_string
 
 from .protocol.authorization import WELL_KNOWN, endpoint_path
+
+if TYPE_CHECKING:
+    from .conf import MCPTasksSettings
 
 TAG = "mcptasks"
 IN_MEMORY_LAYER = "channels.layers.InMemoryChannelLayer"
@@ -50,7 +53,7 @@ def _production() -> bool:
     return not django_settings.DEBUG
 
 
-def _mcp_settings() -> Any:
+def _mcp_settings() -> MCPTasksSettings:
     """The validated settings object (a fresh read, so checks see overrides)."""
     from .conf import MCPTasksSettings
 

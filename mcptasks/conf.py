@@ -8,7 +8,7 @@ tests.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings as django_settings
 from django.core.signals import setting_changed
@@ -197,7 +197,12 @@ class _SettingsProxy:
         return getattr(get_settings(), name)
 
 
-settings = _SettingsProxy()
+if TYPE_CHECKING:
+    # To a type checker the proxy is the settings class, so every read has its
+    # field's type and a misspelt name is an error.
+    settings: MCPTasksSettings
+else:
+    settings = _SettingsProxy()
 
 
 @receiver(setting_changed)

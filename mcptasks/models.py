@@ -10,10 +10,13 @@ import functools
 import json
 import secrets
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from django.db import models
 from django.db.models import Q
+
+if TYPE_CHECKING:
+    from django.db.backends.base.base import BaseDatabaseWrapper
 
 
 def new_task_id() -> str:
@@ -83,16 +86,19 @@ class TaskManager(models.Manager["Task"]):
             return None
         return self.from_row(self._LOOKUP_FIELDS, row)
 
-    def lookup_sql(self, connection: Any) -> str:
+    def lookup_sql(self, connection: BaseDatabaseWrapper) -> str:
         """:meth:`lookup`'s statement (parameters: the task id, the owner)."""
-        if self._lookup_sql is None:
+        statement = self._lookup_sql
+        if statement is None:
             meta = self.model._meta
-            columns = ", ".join(connection.ops.quote_name(meta.get_field(f).column) for f in self._LOOKUP_FIELDS)
-            pk, owner_col = (connection.ops.quote_name(meta.get_field(f).column) for f in ("id", "owner"))
-            TaskManager._lookup_sql = (
+            # Each name is a concrete field (a column), never a relation's reverse side.
+            column = {f: cast("models.Field[Any, Any]", meta.get_field(f)).column for f in self._LOOKUP_FIELDS}
+            columns = ", ".join(connection.ops.quote_name(column[f]) for f in self._LOOKUP_FIELDS)
+            pk, owner_col = (connection.ops.quote_name(column[f]) for f in ("id", "owner"))
+            statement = TaskManager._lookup_sql = (
                 f"SELECT {columns} FROM {connection.ops.quote_name(meta.db_table)} WHERE {pk} = %s AND {owner_col} = %s"
             )
-        return self._lookup_sql
+        return statement
 
     def lookup_fields(self) -> tuple[str, ...]:
         """The fields of :meth:`lookup_sql`'s row, in order."""

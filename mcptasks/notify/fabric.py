@@ -89,6 +89,8 @@ class _Publisher:
                 # worker's) could overtake; the copy the layer brings back is
                 # dropped as already seen (TaskOrder).
                 _deliver_locally(message)
+            if layer is None:  # publish() enqueues only while a layer is configured
+                continue
             try:
                 await layer.group_send(group, message)
             except Exception:  # a layer outage must not stop later messages
@@ -129,7 +131,7 @@ def publish_list_changed(group: str) -> None:
 
 def _group_of(message: dict[str, Any]) -> str | None:
     """The group a message was sent to (publishers name it; older ones did not)."""
-    group = message.get("group")
+    group: str | None = message.get("group")
     if group:
         return group
     if "task_id" in message:

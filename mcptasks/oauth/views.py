@@ -29,7 +29,8 @@ class ProtectedResourceMetadataView(OAuthProtectedResourceMetadataView):
             raise Http404("MCPTASKS['AUTHORIZATION_SERVERS'] is not set")
         if resource_path is not None and "/" + resource_path.strip("/") != endpoint_path().rstrip("/"):
             raise Http404("No protected resource at this path")
-        return super().get(request, *args, **kwargs)
+        response: HttpResponse = super().get(request, *args, **kwargs)
+        return response
 
     def get_resource(self, request: HttpRequest) -> str:
         return authorization.resource_url(request, endpoint_path())

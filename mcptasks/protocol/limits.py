@@ -20,7 +20,7 @@ import re
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from django.core.cache import BaseCache, caches
@@ -56,6 +56,7 @@ def check_depth(value: Any, limit: int | None = None) -> None:
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         node, depth = stack.pop()
+        children: Iterable[Any]
         if isinstance(node, dict):
             children = node.values()
         elif isinstance(node, list):
@@ -102,6 +103,8 @@ class FixedWindowThrottle:
     @classmethod
     def from_rate(cls, scope: str, rate: str) -> FixedWindowThrottle:
         limit, seconds = SimpleRateThrottle.parse_rate(None, rate)  # type: ignore[arg-type]
+        if limit is None or seconds is None:  # DRF's answer for no rate at all
+            raise ValueError(f"{scope}: no rate in {rate!r}")
         return cls(scope, limit, seconds)
 
     def check(self, key: str) -> None:

@@ -85,7 +85,7 @@ class Deferred:
 
 
 def threaded_call(
-    request_id: jsonrpc.RequestId,
+    request_id: jsonrpc.RequestId | None,
     work: Callable[[Notify, threading.Event], dict[str, Any]],
     owner: str,
 ) -> Stream:

@@ -4,6 +4,7 @@ the per-owner active counts, and expiring a task at once."""
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -68,7 +69,7 @@ def sweep(*, dry_run: bool = False, limit: int = 500) -> SweepReport:
             )
             if moved:
                 record_event(task_id, EventKind.REDISPATCHED, SYSTEM, now=now, detail={"attempts": attempts})
-                transaction.on_commit(lambda tid=task_id: dispatch.enqueue_run(tid))
+                transaction.on_commit(functools.partial(dispatch.enqueue_run, task_id))
     return report
 
 
@@ -165,7 +166,7 @@ def _delete_expired_batch_sql(expired: Any, size: int) -> int:
     quote = connection.ops.quote_name
     task_table = quote(Task._meta.db_table)
     referrers = [
-        (quote(rel.related_model._meta.db_table), quote(rel.field.column))
+        (quote(rel.field.model._meta.db_table), quote(rel.field.column))
         for rel in Task._meta.related_objects
         if rel.on_delete is models.CASCADE
     ]
@@ -179,7 +180,8 @@ def _delete_expired_batch_sql(expired: Any, size: int) -> int:
     )
     with connection.cursor() as cursor:
         cursor.execute(statement, params)
-        return cursor.rowcount
+        deleted: int = cursor.rowcount
+        return deleted
 
 
 def expire_now(task_id: str, *, actor: str) -> bool:

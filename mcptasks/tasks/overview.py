@@ -318,6 +318,7 @@ def _figures_rows(win: Window, now: datetime) -> WindowFigures:
     for finished_at, status, started_at, tool_name in ended.values_list(
         "finished_at", "status", "started_at", "tool_name"
     ).iterator():
+        assert finished_at is not None  # the filter asks for a finish time
         bucket = win.bucket_of(finished_at)
         finished[status][bucket] += 1
         if started_at is not None:

@@ -9,7 +9,7 @@ both through the ``transition_paths`` fixture.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, cast
 
 from django.db import connection, connections, models
 
@@ -60,7 +60,8 @@ def _tables(alias: str) -> dict[str, str]:
 def db_value(model: type[models.Model], field: str, value: Any) -> Any:
     """``value`` as a raw statement's parameter for ``model.field`` (JSON
     wrapped for the driver, and so on), as the ORM would save it."""
-    return model._meta.get_field(field).get_db_prep_save(value, connection)
+    # Each caller names a concrete field, never a relation's reverse side.
+    return cast("models.Field[Any, Any]", model._meta.get_field(field)).get_db_prep_save(value, connection)
 
 
 #: The event columns a raw statement writes, in this order.
@@ -75,4 +76,6 @@ def event_columns() -> str:
 @functools.cache
 def _event_columns(alias: str) -> str:
     quote = connections[alias].ops.quote_name
-    return ", ".join(quote(TaskEvent._meta.get_field(name).column) for name in EVENT_FIELDS)
+    return ", ".join(
+        quote(cast("models.Field[Any, Any]", TaskEvent._meta.get_field(name)).column) for name in EVENT_FIELDS
+    )

@@ -14,10 +14,10 @@ active status to a terminal one takes the task out of its owner's count
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import Field, Q
 from django.utils import timezone
 
 from ..models import ACTIVE_STATUSES, TERMINAL_STATUSES, InputRequest, InputRequestState, Task, TaskEvent, TaskStatus
@@ -110,7 +110,9 @@ def _finish_run_sql(task_id: str, *, to: str, worker: str, fields: Mapping[str, 
     names, columns = sql.task_columns()
     t = sql.tables()
     now = timezone.now()
-    assignments = ", ".join(f"{connection.ops.quote_name(Task._meta.get_field(f).column)} = %s" for f in fields)
+    # Each name is a concrete field (a column), never a relation's reverse side.
+    targets = [cast("Field[Any, Any]", Task._meta.get_field(f)).column for f in fields]
+    assignments = ", ".join(f"{connection.ops.quote_name(column)} = %s" for column in targets)
     values = [sql.db_value(Task, name, value) for name, value in fields.items()]
     actor = worker_actor(worker)
     statement = f"""

@@ -28,6 +28,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+from opentelemetry.util.types import AttributeValue
 
 from ..conf import settings
 from ..models import Task
@@ -83,7 +84,7 @@ def started(task: Task, answers: Mapping[str, Any]) -> None:
     queued = task.dispatched_at or task.created_at
     wait = (timezone.now() - queued).total_seconds() if task.attempts <= 1 else None
     metrics.run_started(task.tool_name, task.attempts, wait)
-    attributes = {
+    attributes: dict[str, AttributeValue] = {
         n.TOOL_NAME: task.tool_name,
         n.OPERATION_NAME: n.EXECUTE_TOOL,
         n.TASK_ID: task.id,

@@ -24,7 +24,7 @@ def tool_context(
     progress_token: str | int | None = None,
     log_level: str | None = None,
     task_id: str | None = None,
-    on_status: Callable[[str], None] | None = None,
+    on_status: Callable[[str], object] | None = None,
     can_hand_off: bool = False,
 ) -> ToolContext:
     """The context of one run.

@@ -85,7 +85,7 @@ class ToolContext:
         answers: Mapping[str, Any] | None = None,
         task_id: str | None = None,
         cancel_event: threading.Event | None = None,
-        on_status: Callable[[str], None] | None = None,
+        on_status: Callable[[str], object] | None = None,
         on_notify: Callable[[str, dict[str, Any]], None] | None = None,
         progress_token: str | int | None = None,
         log_level: str | None = None,
@@ -156,19 +156,24 @@ class ToolContext:
         key = key or self._next_key(question.method)
         return self.ask({key: question})[key]
 
-    def elicit(self, message: str, schema: Mapping[str, Any] | None = None, *, key: str | None = None) -> dict:
+    def elicit(
+        self, message: str, schema: Mapping[str, Any] | None = None, *, key: str | None = None
+    ) -> dict[str, Any]:
         """Ask the user (form elicitation). Returns the ElicitResult:
         ``{"action": "accept" | "decline" | "cancel", "content": {...}}``."""
-        return self.ask_one(elicitation(message, schema), key=key)
+        result: dict[str, Any] = self.ask_one(elicitation(message, schema), key=key)
+        return result
 
     def sample(
         self, messages: list[dict[str, Any]] | str, *, max_tokens: int = 256, key: str | None = None, **params: Any
-    ) -> dict:
+    ) -> dict[str, Any]:
         """Ask the client's model. Returns the CreateMessageResult."""
-        return self.ask_one(sampling(messages, max_tokens=max_tokens, **params), key=key)
+        result: dict[str, Any] = self.ask_one(sampling(messages, max_tokens=max_tokens, **params), key=key)
+        return result
 
-    def list_roots(self, *, key: str | None = None) -> dict:
-        return self.ask_one(roots(), key=key)
+    def list_roots(self, *, key: str | None = None) -> dict[str, Any]:
+        result: dict[str, Any] = self.ask_one(roots(), key=key)
+        return result
 
     def answered(self, key: str) -> Any | None:
         return self._answers.get(key)

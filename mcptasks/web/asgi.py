@@ -19,20 +19,21 @@ import asyncio
 import contextlib
 import logging
 import tempfile
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import IO, Any
 
 from django.conf import settings as django_settings
 from django.core.exceptions import RequestAborted
 from django.core.handlers.asgi import ASGIHandler
+from django.http import HttpResponseBase
 from django.http.request import split_domain_port, validate_host
 from django.urls import set_script_prefix
 
 logger = logging.getLogger("mcptasks.views")
 
 Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
+Receive = Callable[[], Awaitable[Mapping[str, Any]]]
+Send = Callable[[Mapping[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
@@ -61,7 +62,7 @@ class MCPHandler(ASGIHandler):
                     return True
         return False
 
-    async def read_body(self, receive: Receive) -> Any:
+    async def read_body(self, receive: Receive) -> IO[bytes]:
         """The body, but never more than ``MAX_BODY_BYTES`` of it (a chunked
         body that grows past the limit is refused while it arrives)."""
         from ..conf import settings
@@ -113,6 +114,7 @@ class MCPHandler(ASGIHandler):
         request, error = self.create_request(scope, body)
         if request is None:
             body.close()
+            assert error is not None  # Django's answer when it makes no request
             await self.send_response(error, send)
             return
 
@@ -144,7 +146,7 @@ class MCPHandler(ASGIHandler):
                     await task
 
 
-async def _poll_on_loop(scope: Scope, body: bytes) -> Any:
+async def _poll_on_loop(scope: Scope, body: bytes) -> HttpResponseBase | None:
     """The response to a modern ``tasks/get`` served on the event loop, or
     ``None`` for a request the thread path must serve: one it would refuse
     before the handler (Host, Origin, body, envelope, credentials), one whose
@@ -227,7 +229,7 @@ class _BodyTooLarge(Exception):
     pass
 
 
-def _too_large_response() -> Any:
+def _too_large_response() -> HttpResponseBase:
     from ..conf import settings
     from ..protocol.limits import RequestTooLarge
     from .views import error_response

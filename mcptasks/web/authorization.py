@@ -178,6 +178,6 @@ def authenticate(request: HttpRequest) -> Caller:
         raise refuse("The access token was not issued for this resource.", "invalid_token")
     caller = replace(caller, scopes=token_scopes(caller.auth), resource_metadata=metadata)
     if not has_scopes(caller, baseline):
-        exc = InsufficientScope(baseline, metadata)
-        raise NotAuthenticated(exc.message, exc.headers["WWW-Authenticate"], status=403)
+        insufficient = InsufficientScope(baseline, metadata)
+        raise NotAuthenticated(insufficient.message, insufficient.headers["WWW-Authenticate"], status=403)
     return caller

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from django.http import HttpResponse, StreamingHttpResponse
+from django.http import HttpResponse, HttpResponseBase, StreamingHttpResponse
 
 from ..protocol.jsonrpc import encode_json
 from ..protocol.replies import WireReply
@@ -25,7 +25,7 @@ def json_response(
     return response
 
 
-def render(reply: WireReply) -> HttpResponse:
+def render(reply: WireReply) -> HttpResponseBase:
     if reply.stream is None:
         return json_response(reply.body, status=reply.status, headers=reply.headers)
     response = StreamingHttpResponse(reply.stream.encoded(), status=reply.status, content_type="text/event-stream")

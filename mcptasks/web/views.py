@@ -7,20 +7,21 @@ identifies the caller and hands the message to the wire adapter for its era.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, overload
 from urllib.parse import urlsplit
 
 from asgiref.sync import sync_to_async
 from django.conf import settings as django_settings
 from django.core.exceptions import DisallowedHost, RequestDataTooBig
 from django.db import close_old_connections
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponseBase
 from django.http.request import validate_host
 from django.views.decorators.csrf import csrf_exempt
 
 from ..conf import settings
 from ..errors import INVALID_REQUEST, ProtocolError
 from ..protocol import jsonrpc, limits
+from ..protocol.caller import Caller
 from ..protocol.legacy import handlers as legacy
 from ..protocol.modern import handlers as modern
 from ..protocol.modern.headers import META_VERSION
@@ -31,13 +32,13 @@ from ..telemetry import requests as request_telemetry
 from . import identity_cache
 from .authorization import authenticate
 from .hangup import cancelled_by_hangup, outliving
-from .identity import Caller, NotAuthenticated
+from .identity import NotAuthenticated
 from .rendering import render
 
 _LOOPBACK = {"localhost", "127.0.0.1", "[::1]", "::1"}
 
 
-def error_response(exc: ProtocolError, request_id: Any = None, status: int = 400) -> HttpResponse:
+def error_response(exc: ProtocolError, request_id: Any = None, status: int = 400) -> HttpResponseBase:
     return render(error_reply(exc, request_id, status))
 
 
@@ -117,7 +118,7 @@ def read_body(request: HttpRequest) -> bytes:
 
 
 @csrf_exempt
-async def mcp_endpoint(request: HttpRequest) -> HttpResponse:
+async def mcp_endpoint(request: HttpRequest) -> HttpResponseBase:
     """The MCP endpoint (async: streams hold no thread; the rest runs on a
     fixed pool of worker threads)."""
     try:
@@ -148,15 +149,16 @@ async def mcp_endpoint(request: HttpRequest) -> HttpResponse:
         served = await outliving(
             sync_to_async(_serve_post, thread_sensitive=False, executor=worker_threads())(request, data), _abandon
         )
-        if isinstance(served, PendingReply):
-            finish = sync_to_async(_finish, thread_sensitive=False, executor=tool_threads())(served)
-            return await cancelled_by_hangup(finish, served.deferred.abandon)
+        while isinstance(served, PendingReply):  # a deferred reply may defer again
+            pending = served
+            finish = sync_to_async(_finish, thread_sensitive=False, executor=tool_threads())(pending)
+            served = await cancelled_by_hangup(finish, pending.deferred.abandon)
         return served
     finally:
         request_telemetry.close_request(traced)
 
 
-def _abandon(served: HttpResponse | PendingReply) -> None:
+def _abandon(served: HttpResponseBase | PendingReply) -> None:
     if isinstance(served, PendingReply):
         served.deferred.abandon()
 
@@ -181,12 +183,18 @@ def _request_id(args: tuple[Any, ...]) -> Any:
     return None
 
 
-def _on_our_threads(serve: Callable[..., WireReply | PendingReply]) -> Callable[..., HttpResponse | PendingReply]:
+@overload
+def _on_our_threads(serve: Callable[..., WireReply]) -> Callable[..., HttpResponseBase]: ...
+@overload
+def _on_our_threads(
+    serve: Callable[..., WireReply | PendingReply],
+) -> Callable[..., HttpResponseBase | PendingReply]: ...
+def _on_our_threads(serve: Callable[..., WireReply | PendingReply]) -> Callable[..., HttpResponseBase | PendingReply]:
     """Work on our own threads: Django's per-request connection upkeep, the
     one error path of both eras (``failsafe``), and the reply rendered as HTTP
     there rather than on the event loop."""
 
-    def wrapper(*args: Any) -> HttpResponse | PendingReply:
+    def wrapper(*args: Any) -> HttpResponseBase | PendingReply:
         def served() -> WireReply | PendingReply:
             close_old_connections()
             try:

@@ -9,6 +9,7 @@ claimed within ``DISPATCH_GRACE_SECONDS``.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from ..conf import settings
 from ..tasks import dispatch
@@ -42,7 +43,7 @@ def _check_broker() -> None:
 def enqueue_run(task_id: str) -> bool:
     if not _broker_checked:
         _check_broker()
-    options = {"queue": settings.CELERY_QUEUE} if settings.CELERY_QUEUE else {}
+    options: dict[str, Any] = {"queue": settings.CELERY_QUEUE} if settings.CELERY_QUEUE else {}
     try:
         # A short retry: after a broker restart the pooled connection is dead,
         # and kombu reconnects only when it retries.

@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 import threading
-from typing import Any
+from typing import Any, cast
 
 from ..conf import settings as mcp_settings
 from .discovery import Found
@@ -51,7 +51,8 @@ def start_embedded_worker(app: Any, concurrency: int) -> list[Any]:
         without_mingle=True,
         without_gossip=True,
     )
-    beat = EmbeddedService(app, thread=True, schedule_filename=beat_schedule_file(app))
+    # thread=True makes it a thread (Celery's stubs name both kinds).
+    beat = cast(threading.Thread, EmbeddedService(app, thread=True, schedule_filename=beat_schedule_file(app)))
     threading.Thread(target=worker.start, name="mcptasks-worker", daemon=True).start()
     beat.start()
     return [worker, beat]

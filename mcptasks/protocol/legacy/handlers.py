@@ -208,7 +208,7 @@ def _client_response(data: dict[str, Any], caller: Caller, session: LegacySessio
         return empty_reply(202)
     task = legacy_sessions.visible_tasks(caller, session).filter(pk=ref).first()
     pending = InputRequest.objects.filter(task_id=ref, key=key).first() if task is not None else None
-    if pending is None:
+    if task is None or pending is None:
         return _http_error(400, "Unknown request id: no input request of yours has it")
     authorization.require_task(caller, task)
     limits.throttle("update", caller.owner)
@@ -344,6 +344,7 @@ def _replayable(call: Call, run: legacy_streams.Run, *, stream_at_once: bool) ->
             return adapted({}, None, None)
         except InputNeeded as need:
             questions = need.requests
+    assert call.message.id is not None  # a request: notifications never reach a handler
     return Stream(
         legacy_streams.call_stream(
             request_id=call.message.id,

@@ -74,8 +74,9 @@ TASK_PREFIX = "task"
 
 Notify = Callable[[str, dict[str, Any]], None]
 #: ``run(answers, notify, cancel)``: the JSON-RPC result, or raises
-#: ``InputNeeded`` / ``ProtocolError`` / ``TaskCancelled``.
-Run = Callable[[dict[str, Any], Notify, threading.Event], dict[str, Any]]
+#: ``InputNeeded`` / ``ProtocolError`` / ``TaskCancelled``. Run within the
+#: request (no stream yet), it gets no ``notify`` and no ``cancel``.
+Run = Callable[[dict[str, Any], Notify | None, threading.Event | None], dict[str, Any]]
 
 
 # Request ids of the server's own requests ------------------------------------------------------
@@ -346,7 +347,8 @@ async def _collect_answers(inbox: Inbox, session_id: str, keys: set[str]) -> Asy
             continue
         if "error" in payload:
             error = payload["error"] if isinstance(payload["error"], dict) else {}
-            code = error.get("code") if isinstance(error.get("code"), int) else INTERNAL_ERROR
+            sent_code = error.get("code")
+            code = sent_code if isinstance(sent_code, int) else INTERNAL_ERROR
             yield Signal.ERROR, ProtocolError(code, f"The client could not answer: {error.get('message', 'error')}")
             return
         outstanding.discard(key)

@@ -70,6 +70,7 @@ def task_result(call: Call) -> Reply:
     task = _task_for(call)
     actor = lifecycle.client_actor(call.caller.owner)
     request_id = call.message.id
+    assert request_id is not None  # a request: notifications never reach a handler
     if task.is_terminal:
         outcome = task_outcome(task, actor=actor)
         if isinstance(outcome, ProtocolError):

@@ -271,7 +271,7 @@ def _create_task(
 # Prompts, resources, completion ---------------------------------------------------------
 
 
-def list_prompts(req: Request) -> Reply:
+def list_prompts(req: Request) -> dict[str, Any]:
     _no_cursor(req)
     return cacheable({"prompts": [p.describe() for p in registry.prompts.values()]})
 
@@ -312,12 +312,12 @@ def get_prompt(req: Request) -> Reply:
     return _inline(req, answers, run)
 
 
-def list_resources(req: Request) -> Reply:
+def list_resources(req: Request) -> dict[str, Any]:
     _no_cursor(req)
     return cacheable({"resources": [r.describe() for r in registry.resources.values()]})
 
 
-def list_resource_templates(req: Request) -> Reply:
+def list_resource_templates(req: Request) -> dict[str, Any]:
     _no_cursor(req)
     return cacheable({"resourceTemplates": [t.describe() for t in registry.templates]})
 
@@ -340,7 +340,7 @@ def _contents(uri: str, mime_type: str | None, value: Any) -> list[dict[str, Any
     return contents
 
 
-def read_resource(req: Request) -> Reply:
+def read_resource(req: Request) -> dict[str, Any]:
     uri = req.params.get("uri")
     if not isinstance(uri, str):
         raise InvalidParams('resources/read needs "uri" (a string)')
@@ -351,14 +351,14 @@ def read_resource(req: Request) -> Reply:
     return cacheable({"contents": _contents(uri, mime_type, fn(**params))})
 
 
-def complete_argument(req: Request) -> Reply:
+def complete_argument(req: Request) -> dict[str, Any]:
     ref = _object_param(req.params, "ref")
     argument = _object_param(req.params, "argument")
     if not isinstance(argument.get("name"), str) or not isinstance(argument.get("value", ""), str):
         raise InvalidParams('completion/complete needs "argument" with a string name and value')
     values: list[str] = []
     if ref.get("type") == "ref/prompt":
-        prompt = registry.prompts.get(ref.get("name"))
+        prompt = registry.prompts.get(ref.get("name", ""))
         if prompt is None:
             raise InvalidParams(f"Unknown prompt: {ref.get('name')}")
         completer = prompt.completions.get(argument["name"])
@@ -402,6 +402,7 @@ def listen(req: Request) -> Reply:
     for flag in ("toolsListChanged", "promptsListChanged"):
         if wanted.get(flag) is True:
             acknowledged[flag] = True
+    assert req.message.id is not None  # a request: notifications never reach a handler
     return Stream(listen_stream(req.message.id, acknowledged, task_ids))
 
 
