@@ -25,6 +25,7 @@ from oauth2_provider.models import (
 )
 from oauth2_provider.settings import oauth2_settings
 
+from mcptasks.oauth import cimd_rules
 from tests.support import postgres_only
 from tests.support.cimd_loopback import allow_loopback
 from tests.support.cimd_server import document_server
@@ -284,7 +285,7 @@ def documents(tmp_path, monkeypatch) -> Any:
     """A document server on loopback that this process's fetches trust and reach."""
     with document_server(tmp_path) as server:
         monkeypatch.setenv("SSL_CERT_FILE", str(server.cert_file))
-        monkeypatch.setattr(cimd, "_ip_is_public", allow_loopback(cimd._ip_is_public))
+        monkeypatch.setattr(cimd_rules, "address_allowed", allow_loopback(cimd_rules.address_public))
         yield server
 
 

@@ -7,9 +7,10 @@ the fetch: a server that sends its document a byte at a time held a worker for
 as long as it liked, and ten of them filled ``CIMD_MAX_CONCURRENT_FETCHES`` so
 that every other CIMD client failed to sign in. It also saved any redirect
 URI and the implicit grant. This fetcher (``OAUTH2_PROVIDER
-["CIMD_METADATA_FETCHER"]``) keeps the toolkit's address rules (https only;
-the host resolved once, every address public, the connection made to that
-address; no redirects; ``CIMD_MAX_DOCUMENT_SIZE``) and adds:
+["CIMD_METADATA_FETCHER"]``) holds the same address rules, with mcptasks' own
+code (:mod:`mcptasks.oauth.cimd_rules`: https only; the host resolved once,
+every address public, the connection made to that address), makes no
+redirects, reads at most ``CIMD_MAX_DOCUMENT_SIZE`` and adds:
 
 * one wall-clock deadline, ``CIMD_FETCH_TIMEOUT_SECONDS``, over the whole
   fetch: name resolution, connection, TLS handshake, headers and body. At the
@@ -21,6 +22,8 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import json
+import re
 import socket
 import ssl
 import threading
@@ -28,9 +31,10 @@ import time
 from typing import Any
 from urllib.parse import ParseResult
 
-from oauth2_provider import cimd
+from oauth2_provider.cimd import CIMDError
 from oauth2_provider.settings import oauth2_settings
 
+from . import cimd_rules
 from .registration import metadata_allowed
 
 #: Most name lookups left running after their fetch gave up on them: a lookup
@@ -53,19 +57,19 @@ class Deadline:
         """The time left, or ``CIMDError`` once there is none."""
         remaining = self.remaining()
         if remaining <= 0:
-            raise cimd.CIMDError(f"client_id document not fetched within {self.seconds:g} s")
+            raise CIMDError(f"client_id document not fetched within {self.seconds:g} s")
         return remaining
 
 
 def resolve_within(hostname: str, port: int, deadline: Deadline) -> list[str]:
-    """The toolkit's resolution and address check, given up at the deadline."""
+    """:func:`~mcptasks.oauth.cimd_rules.resolve_public`, given up at the deadline."""
     if not _pending_lookups.acquire(blocking=False):
-        raise cimd.CIMDError("too many client_id host lookups in flight")
+        raise CIMDError("too many client_id host lookups in flight")
     outcome: dict[str, Any] = {}
 
     def lookup() -> None:
         try:
-            outcome["ips"] = cimd._resolve_and_validate(hostname, port)
+            outcome["ips"] = cimd_rules.resolve_public(hostname, port)
         except Exception as exc:  # handed to the waiting thread
             outcome["error"] = exc
         finally:
@@ -75,11 +79,58 @@ def resolve_within(hostname: str, port: int, deadline: Deadline) -> list[str]:
     thread.start()
     thread.join(deadline.left())
     if thread.is_alive():
-        raise cimd.CIMDError(f"client_id host not resolved within {deadline.seconds:g} s")
+        raise CIMDError(f"client_id host not resolved within {deadline.seconds:g} s")
     if "error" in outcome:
         raise outcome["error"]
     ips: list[str] = outcome["ips"]
     return ips
+
+
+MAX_AGE = re.compile(r"max-age\s*=\s*(\d+)", re.IGNORECASE)
+
+
+def cache_lifetime(cache_control: str | None) -> int:
+    """Seconds to keep a document: its ``max-age``, the least allowed for
+    ``no-store`` and ``no-cache`` (the client row must still be saved), the
+    most allowed without a word, always within ``CIMD_METADATA_MIN_AGE_SECONDS``
+    and ``CIMD_METADATA_MAX_AGE_SECONDS``."""
+    least = int(oauth2_settings.CIMD_METADATA_MIN_AGE_SECONDS)
+    most = int(oauth2_settings.CIMD_METADATA_MAX_AGE_SECONDS)
+    lifetime = most
+    directives = (cache_control or "").lower()
+    if "no-store" in directives or "no-cache" in directives:
+        lifetime = least
+    elif match := MAX_AGE.search(directives):
+        lifetime = int(match.group(1))
+    return max(least, min(lifetime, most))
+
+
+def read_document(response: http.client.HTTPResponse) -> tuple[dict[str, Any], int]:
+    """The JSON object a 200 answer carries, at most ``CIMD_MAX_DOCUMENT_SIZE``
+    bytes, with its cache lifetime; ``CIMDError`` for anything else."""
+    if response.status != 200:
+        raise CIMDError(f"client_id document returned HTTP {response.status}")
+    media_type = response.headers.get("Content-Type", "").split(";")[0].strip().lower()
+    if media_type != "application/json" and not (
+        media_type.startswith("application/") and media_type.endswith("+json")
+    ):
+        raise CIMDError(f"client_id document is not JSON (Content-Type: {media_type!r})")
+    limit = int(oauth2_settings.CIMD_MAX_DOCUMENT_SIZE)
+    body = b""
+    while len(body) <= limit:
+        chunk = response.read(limit + 1 - len(body))
+        if not chunk:
+            break
+        body += chunk
+    if len(body) > limit:
+        raise CIMDError("client_id document exceeds the maximum allowed size")
+    try:
+        document = json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        raise CIMDError("client_id document is not valid JSON") from exc
+    if not isinstance(document, dict):
+        raise CIMDError("client_id document must be a JSON object")
+    return document, cache_lifetime(response.headers.get("Cache-Control"))
 
 
 class _Cutoff:
@@ -109,30 +160,31 @@ class _Cutoff:
             self._guard.close()
 
 
-class MCPClientMetadataFetcher(cimd.SafeMetadataFetcher):
-    """``CIMD_METADATA_FETCHER``: see the module docstring."""
+class MCPClientMetadataFetcher:
+    """``CIMD_METADATA_FETCHER``: see the module docstring. The toolkit asks a
+    fetcher only for ``fetch(client_id) -> (metadata, max_age_seconds)``."""
 
     def fetch(self, client_id: str) -> tuple[dict[str, Any], int]:
         deadline = Deadline(float(oauth2_settings.CIMD_FETCH_TIMEOUT_SECONDS))
-        parsed = cimd._validate_client_id_url(client_id)
+        parsed = cimd_rules.client_id_url(client_id)
         port = parsed.port or 443
         last_error: Exception | None = None
         for ip in resolve_within(parsed.hostname or "", port, deadline):
             try:
-                metadata, max_age = self._fetch_from(ip, port, parsed, deadline)
+                metadata, max_age = self.fetch_from(ip, port, parsed, deadline)
             except (OSError, http.client.HTTPException) as exc:
                 last_error = exc
                 continue
             if not metadata_allowed(metadata):
-                raise cimd.CIMDError(
+                raise CIMDError(
                     "client metadata asks for more than an MCP client may have "
                     "(authorization code only; https or loopback redirect URIs)"
                 )
             return metadata, max_age
         deadline.left()
-        raise cimd.CIMDError(f"could not fetch client_id document: {last_error}")
+        raise CIMDError(f"could not fetch client_id document: {last_error}")
 
-    def _fetch_from(self, ip: str, port: int, parsed: ParseResult, deadline: Deadline) -> tuple[dict[str, Any], int]:
+    def fetch_from(self, ip: str, port: int, parsed: ParseResult, deadline: Deadline) -> tuple[dict[str, Any], int]:
         sock = socket.create_connection((ip, port), timeout=deadline.left())
         cutoff = _Cutoff(sock, deadline)
         try:
@@ -146,10 +198,10 @@ class MCPClientMetadataFetcher(cimd.SafeMetadataFetcher):
                 headers = {"Host": parsed.netloc, "Accept": "application/json, application/*+json"}
                 connection.request("GET", path, headers=headers)
                 response = connection.getresponse()
-                document: tuple[dict[str, Any], int] = self._read_document(response)
+                document: tuple[dict[str, Any], int] = read_document(response)
             finally:
                 connection.close()
-        except (OSError, http.client.HTTPException, cimd.CIMDError):
+        except (OSError, http.client.HTTPException, CIMDError):
             if cutoff.fired:
                 deadline.left()  # raises: the deadline, not the broken read, is the reason
             raise

@@ -4,8 +4,9 @@ loopback, for the tests that serve documents there (tests/support/cimd_server.py
 The fetch refuses every non-public address, loopback included; a test relaxes
 that for loopback alone: in-process with :func:`allow_loopback` (monkeypatch),
 in a live stack by running it on ``tests.support.cimd_loopback_settings``,
-which installs this module's app. Both replace the one address check that
-django-oauth-toolkit's resolution and mcptasks' fetcher share.
+which installs this module's app. Both widen
+``mcptasks.oauth.cimd_rules.address_allowed``, the test each resolved address
+of a client_id host must pass.
 """
 
 from __future__ import annotations
@@ -28,6 +29,6 @@ class LoopbackDocumentsConfig(AppConfig):
     label = "tests_cimd_loopback"
 
     def ready(self) -> None:
-        from oauth2_provider import cimd
+        from mcptasks.oauth import cimd_rules
 
-        cimd._ip_is_public = allow_loopback(cimd._ip_is_public)
+        cimd_rules.address_allowed = allow_loopback(cimd_rules.address_public)
