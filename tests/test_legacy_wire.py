@@ -445,11 +445,23 @@ def test_status_changes_of_legacy_tasks_are_forwarded_to_their_session(mcp, monk
     from mcptasks.notify import fabric as notify
     from mcptasks.protocol.legacy import sessions as legacy_sessions
 
+    from asgiref.sync import async_to_sync
+    from channels.layers import get_channel_layer
+
+    from mcptasks.notify import followers
+
     sent: list[tuple[str, dict]] = []
     monkeypatch.setattr(notify.publisher, "publish", lambda group, payload: sent.append((group, payload)))
-    task_id = mcp.create_task("slow_compute", {"seconds": 0})
-    lifecycle.cancel(task_id, actor="system")
     group = legacy_sessions.session_group(mcp.session_id)
+    # The session's GET stream follows its group (changes nobody follows are not sent).
+    registry = followers.registry_of(get_channel_layer())
+    assert registry is not None
+    async_to_sync(registry.register)([group], "test-stream", 60)
+    try:
+        task_id = mcp.create_task("slow_compute", {"seconds": 0})
+        lifecycle.cancel(task_id, actor="system")
+    finally:
+        async_to_sync(registry.unregister)([group], "test-stream")
     statuses = [p["notification"]["params"]["status"] for g, p in sent if g == group and "notification" in p]
     assert statuses == ["working", "cancelled"]
     for _, payload in sent:
