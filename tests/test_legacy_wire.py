@@ -442,13 +442,12 @@ def test_the_modern_wire_is_unchanged(rpc):
 
 
 def test_status_changes_of_legacy_tasks_are_forwarded_to_their_session(mcp, monkeypatch):
-    from mcptasks.notify import fabric as notify
-    from mcptasks.protocol.legacy import sessions as legacy_sessions
-
     from asgiref.sync import async_to_sync
     from channels.layers import get_channel_layer
 
+    from mcptasks.notify import fabric as notify
     from mcptasks.notify import followers
+    from mcptasks.protocol.legacy import sessions as legacy_sessions
 
     sent: list[tuple[str, dict]] = []
     monkeypatch.setattr(notify.publisher, "publish", lambda group, payload: sent.append((group, payload)))
