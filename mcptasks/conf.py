@@ -104,6 +104,10 @@ class MCPTasksSettings:
     #: Database connections per web process for polls served on the event
     #: loop (a poll holds one for a single SELECT, so a few go a long way).
     POLL_CONNECTIONS: int = 4
+    #: Prepare the raw statements (Postgres) server-side, once per connection.
+    #: Turn off behind a pooler that cannot keep them (PgBouncer in
+    #: transaction mode before 1.21, or without ``max_prepared_statements``).
+    PREPARE_STATEMENTS: bool = True
     #: Threads per web process for tools that run inline (within tools/call).
     INLINE_TOOL_THREADS: int = 32
     #: Celery queue for tool runs.

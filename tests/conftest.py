@@ -171,9 +171,9 @@ def _close_loop_connections() -> Iterator[None]:
     """Polls served on an event loop keep connections per loop; the tests'
     loops end with each request, so their connections go with each test."""
     yield
-    from mcptasks.tasks import loop_reads
+    from mcptasks.tasks import sql as task_sql
 
-    loop_reads.close_pools()
+    task_sql.close_pools()
 
 
 @pytest.fixture

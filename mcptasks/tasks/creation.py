@@ -7,7 +7,6 @@ ORM path (``create_task``'s fallback) does the same in a transaction.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -106,54 +105,28 @@ def create_task(
 
 def _insert_created_sql(task: Task, actor: str, detail: Mapping[str, Any]) -> bool:
     """Count the task in its owner's quota, insert it and its ``created``
-    event, in one statement (its own transaction, or the caller's). Returns
-    ``False``, having done nothing, when the owner is near its quota: the
-    caller then takes the exclusive path of ``quota.take_place``.
+    event, in one statement (``task_create``, or ``task_create_within_quota``;
+    its own transaction, or the caller's). Returns ``False``, having done
+    nothing, when the owner is near its quota: the caller then takes the
+    exclusive path of ``quota.take_place``.
 
     Far below the quota the statement takes the owner's lock shared, as
     ``take_place`` does, and holds it until it commits, so an exclusive
     checker still waits for this creation before it reads the count.
     """
     limit = settings.MAX_ACTIVE_TASKS_PER_OWNER
-    params: list[Any] = []
+    params: dict[str, Any] = {
+        f.attname: f.get_db_prep_save(f.pre_save(task, add=True), connection) for f in Task._meta.concrete_fields
+    }
+    params.update(kind=EventKind.CREATED.value, actor=actor, detail=sql.db_value(TaskEvent, "detail", dict(detail)))
+    name = "task_create"
     if limit is not None:
         if limit <= quota.QUOTA_LOCK_MARGIN:
             return False
-        params += [task.owner, task.owner, quota.quota_lock_key(task.owner), limit - quota.QUOTA_LOCK_MARGIN]
-    else:
-        params.append(task.owner)
-    fields = Task._meta.concrete_fields
-    params += [f.get_db_prep_save(f.pre_save(task, add=True), connection) for f in fields]
-    params += [task.created_at, task.status, actor, sql.db_value(TaskEvent, "detail", dict(detail))]
-    with connection.cursor() as cursor:
-        cursor.execute(_created_sql(with_quota=limit is not None, alias=connection.alias), params)
-        if cursor.rowcount != 1:
-            return False
+        params.update(lock_key=quota.quota_lock_key(task.owner), below=limit - quota.QUOTA_LOCK_MARGIN)
+        name = "task_create_within_quota"
+    if sql.execute(name, params).rowcount != 1:
+        return False
     task._state.adding = False
     task._state.db = connection.alias
     return True
-
-
-@functools.cache
-def _created_sql(*, with_quota: bool, alias: str) -> str:
-    """The owner's count, the task's INSERT and its ``created`` event, as one
-    statement. With the quota, only while the count is far below it, and
-    under the owner's quota lock taken shared. Cached per database alias:
-    quoting is the connection's."""
-    t = sql.tables()
-    names, columns = sql.task_columns()
-    placeholders = ", ".join(["%s"] * len(names))
-    if with_quota:
-        gate = (
-            f"total AS (SELECT coalesce(sum(active), 0) AS n FROM {t['count']} WHERE owner = %s), "
-            "gate AS MATERIALIZED (SELECT %s::varchar AS owner, pg_advisory_xact_lock_shared(hashtextextended(%s, 0))"
-            " FROM total WHERE n < %s)"
-        )
-    else:
-        gate = "gate AS (SELECT %s::varchar AS owner)"
-    return (
-        f"WITH {gate}, {quota.slot_ctes('gate', 1, 'counted')}, "
-        f"created AS (INSERT INTO {t['task']} ({columns}) SELECT {placeholders} FROM counted RETURNING id) "
-        f"INSERT INTO {t['event']} ({sql.event_columns()}) "
-        f"SELECT id, %s, '{EventKind.CREATED}', '', %s, %s, %s FROM created"
-    )

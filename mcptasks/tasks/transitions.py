@@ -15,11 +15,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from ..models import ACTIVE_STATUSES, TERMINAL_STATUSES, InputRequest, InputRequestState, Task, TaskEvent, TaskStatus
+from ..models import ACTIVE_STATUSES, TERMINAL_STATUSES, InputRequest, InputRequestState, Task, TaskStatus
 from ..tools.context import validate_input_response
 from . import quota, sql
 from .dispatch import enqueue_after_commit
@@ -101,32 +101,24 @@ def finish_run(task_id: str, result: dict[str, Any], *, worker: str, to: str, me
 
 
 def _finish_run_sql(task_id: str, *, to: str, worker: str, fields: Mapping[str, Any]) -> bool:
-    """``working`` -> ``to`` while ``worker`` holds the lease."""
-    names, columns = sql.task_columns()
-    t = sql.tables()
-    now = timezone.now()
-    assignments = ", ".join(f"{connection.ops.quote_name(Task._meta.get_field(f).column)} = %s" for f in fields)
-    values = [sql.db_value(Task, name, value) for name, value in fields.items()]
+    """``working`` -> ``to`` while ``worker`` holds the lease (``run_finish``)."""
     actor = worker_actor(worker)
-    statement = f"""
-        WITH finished AS (
-            UPDATE {t["task"]} SET status = %s, updated_at = %s, {assignments}
-            WHERE id = %s AND status = %s AND lease_owner = %s
-            RETURNING {columns}
-        ), recorded AS (
-            INSERT INTO {t["event"]} ({sql.event_columns()})
-            SELECT id, %s, '{EventKind.TRANSITION}', %s, status, %s, %s FROM finished
-        ), {quota.slot_ctes("finished", -1, "uncounted")}
-        SELECT * FROM finished
-    """
-    params = [to, now, *values, task_id, TaskStatus.WORKING, worker, now, TaskStatus.WORKING, actor]
-    params.append(sql.db_value(TaskEvent, "detail", {}))
-    with connection.cursor() as cursor:
-        cursor.execute(statement, params)
-        row = cursor.fetchone()
+    params = {
+        "task_id": task_id,
+        "to": str(to),
+        "now": timezone.now(),
+        "result": sql.db_value(Task, "result", fields["result"]),
+        "message": fields["status_message"],
+        "working": TaskStatus.WORKING.value,
+        "worker": worker,
+        "kind": EventKind.TRANSITION.value,
+        "actor": actor,
+    }
+    cursor = sql.execute("run_finish", params)
+    row = cursor.fetchone()
     if row is None:
         return False
-    task = Task.objects.from_row(names, row)
+    task = Task.objects.from_row(sql.column_names(cursor), row)
     announce(task_id, TaskStatus.WORKING, to, actor, EventKind.TRANSITION, task=task)
     return True
 
