@@ -85,6 +85,8 @@ def test_the_first_read_of_an_outcome_is_served_and_audited_on_the_loop(rpc, loo
 
     done = completed_task(owner="anonymous")
     asgi_rpc = AsgiRpc()
+    asgi_rpc.tasks_get(running_task(owner="anonymous").id)  # identifies the caller, on a thread
+    loop_served.clear()
     first = asgi_rpc.tasks_get(done.id)
     assert loop_served == [200]
     (event,) = TaskEvent.objects.filter(task_id=done.id, kind="result_retrieved")

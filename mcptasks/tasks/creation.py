@@ -18,9 +18,9 @@ from django.utils import timezone
 from .. import signals
 from ..conf import settings
 from ..models import Era, InputRequest, InputRequestState, Task, TaskEvent, TaskStatus
-from . import quota, sql
+from . import dispatch, quota, sql
 from .dispatch import enqueue_after_commit
-from .events import EventKind, announce, client_actor, record_event
+from .events import EventKind, announce, announce_committed, client_actor, record_event
 
 
 def clamp_ttl(requested_ms: int | None, tool_default_ms: int | None = None) -> int:
@@ -58,24 +58,10 @@ def create_task(
     Runs in its own transaction (or the caller's): the caller may hand out the
     id as soon as this returns outside any enclosing atomic block.
     """
-    now = timezone.now()
-    ttl = clamp_ttl(ttl_ms)
-    task = Task(
-        owner=owner,
-        tool_name=tool_name,
-        arguments=arguments,
-        era=era,
-        client_capabilities=client_capabilities or {},
-        status=TaskStatus.WORKING,
-        created_at=now,
-        updated_at=now,
-        ttl_ms=ttl,
-        expires_at=now + timedelta(milliseconds=ttl),
-        poll_interval_ms=poll_interval_ms or settings.POLL_INTERVAL_MS,
-        dispatched_at=now if enqueue else None,
+    task, actor, detail = _new_task(
+        owner, tool_name, arguments, era, client_capabilities, ttl_ms, poll_interval_ms, enqueue=enqueue
     )
-    actor = client_actor(owner)
-    detail = {"tool": tool_name, "era": era}
+    now = task.created_at
     one_statement = sql.single_statement() and not answered
     if not (one_statement and _insert_created_sql(task, actor, detail)):
         with transaction.atomic():
@@ -103,6 +89,85 @@ def create_task(
     return task
 
 
+def _new_task(
+    owner: str,
+    tool_name: str,
+    arguments: dict[str, Any],
+    era: str,
+    client_capabilities: dict[str, Any] | None,
+    ttl_ms: int | None,
+    poll_interval_ms: int | None,
+    *,
+    enqueue: bool,
+) -> tuple[Task, str, dict[str, Any]]:
+    """A new ``working`` task (not saved), its creator and its event's detail."""
+    now = timezone.now()
+    ttl = clamp_ttl(ttl_ms)
+    task = Task(
+        owner=owner,
+        tool_name=tool_name,
+        arguments=arguments,
+        era=era,
+        client_capabilities=client_capabilities or {},
+        status=TaskStatus.WORKING,
+        created_at=now,
+        updated_at=now,
+        ttl_ms=ttl,
+        expires_at=now + timedelta(milliseconds=ttl),
+        poll_interval_ms=poll_interval_ms or settings.POLL_INTERVAL_MS,
+        dispatched_at=now if enqueue else None,
+    )
+    return task, client_actor(owner), {"tool": tool_name, "era": era}
+
+
+async def acreate_task(
+    *,
+    owner: str,
+    tool_name: str,
+    arguments: dict[str, Any],
+    client_capabilities: dict[str, Any] | None = None,
+    ttl_ms: int | None = None,
+    poll_interval_ms: int | None = None,
+) -> Task | None:
+    """``create_task`` of a modern-era task on the event loop: the same
+    statement, in autocommit, then (committed) the same signals, then the
+    run's publish through ``dispatch.loop_sender``. ``None``, having done
+    nothing, when the statement declines near the owner's quota: the caller
+    then takes ``create_task`` on a thread. Only where ``sql.loop_available``
+    and a loop sender is installed."""
+    send = dispatch.loop_sender()
+    if send is None:
+        raise RuntimeError("no runtime installed that sends runs from the event loop")
+    task, actor, detail = _new_task(
+        owner, tool_name, arguments, Era.MODERN, client_capabilities, ttl_ms, poll_interval_ms, enqueue=True
+    )
+    named = _created_statement(task, actor, detail)
+    if named is None or (await sql.aexecute(*named)).rowcount != 1:
+        return None
+    task._state.adding = False
+    task._state.db = Task.objects.db
+    signals.task_created.send(sender=Task, task=task)
+    announce_committed(task, "", actor, EventKind.CREATED)
+    await send(task.id)
+    return task
+
+
+def _created_statement(task: Task, actor: str, detail: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """The creation statement and its parameters, or ``None`` when the
+    owner's quota is too small for a creation to share its lock."""
+    limit = settings.MAX_ACTIVE_TASKS_PER_OWNER
+    params: dict[str, Any] = {
+        f.attname: f.get_db_prep_save(f.pre_save(task, add=True), connection) for f in Task._meta.concrete_fields
+    }
+    params.update(kind=EventKind.CREATED.value, actor=actor, detail=sql.db_value(TaskEvent, "detail", dict(detail)))
+    if limit is None:
+        return "task_create", params
+    if limit <= quota.QUOTA_LOCK_MARGIN:
+        return None
+    params.update(lock_key=quota.quota_lock_key(task.owner), below=limit - quota.QUOTA_LOCK_MARGIN)
+    return "task_create_within_quota", params
+
+
 def _insert_created_sql(task: Task, actor: str, detail: Mapping[str, Any]) -> bool:
     """Count the task in its owner's quota, insert it and its ``created``
     event, in one statement (``task_create``, or ``task_create_within_quota``;
@@ -114,18 +179,8 @@ def _insert_created_sql(task: Task, actor: str, detail: Mapping[str, Any]) -> bo
     ``take_place`` does, and holds it until it commits, so an exclusive
     checker still waits for this creation before it reads the count.
     """
-    limit = settings.MAX_ACTIVE_TASKS_PER_OWNER
-    params: dict[str, Any] = {
-        f.attname: f.get_db_prep_save(f.pre_save(task, add=True), connection) for f in Task._meta.concrete_fields
-    }
-    params.update(kind=EventKind.CREATED.value, actor=actor, detail=sql.db_value(TaskEvent, "detail", dict(detail)))
-    name = "task_create"
-    if limit is not None:
-        if limit <= quota.QUOTA_LOCK_MARGIN:
-            return False
-        params.update(lock_key=quota.quota_lock_key(task.owner), below=limit - quota.QUOTA_LOCK_MARGIN)
-        name = "task_create_within_quota"
-    if sql.execute(name, params).rowcount != 1:
+    named = _created_statement(task, actor, detail)
+    if named is None or sql.execute(*named).rowcount != 1:
         return False
     task._state.adding = False
     task._state.db = connection.alias

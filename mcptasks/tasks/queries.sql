@@ -174,6 +174,44 @@ WITH finished AS (
 SELECT * FROM finished;
 
 
+-- name: task_cancel
+-- An active task cancelled now: the guarded move (its status re-read under
+-- the row lock, as ``transitions._transition`` does), its event, the
+-- withdrawal of questions it was waiting on, and the task out of its
+-- owner's active count.
+WITH prior AS (
+    SELECT id, status FROM mcptasks_task
+    WHERE id = %(task_id)s AND status = ANY(%(active)s)
+    FOR UPDATE
+), cancelled AS (
+    UPDATE mcptasks_task AS task
+    SET status = %(cancelled)s, updated_at = %(now)s, cancel_requested_at = %(now)s,
+        cancelled_by = %(actor)s, status_message = %(reason)s, lease_owner = '', lease_expires_at = NULL
+    FROM prior
+    WHERE task.id = prior.id AND task.status = prior.status
+    RETURNING task.*, prior.status AS from_status
+), recorded AS (
+    INSERT INTO mcptasks_taskevent (task_id, at, kind, from_status, to_status, actor, detail)
+    SELECT id, %(now)s, %(kind)s, from_status, status, %(actor)s, jsonb_build_object() FROM cancelled
+), withdrawn AS (
+    UPDATE mcptasks_inputrequest SET state = %(withdrawn)s
+    WHERE task_id IN (SELECT id FROM cancelled WHERE from_status = %(input_required)s)
+      AND state = %(pending)s
+), uncounted_kept AS (
+    UPDATE mcptasks_activetaskcount SET active = active - 1
+    WHERE id = (SELECT id FROM mcptasks_activetaskcount WHERE owner = (SELECT owner FROM cancelled)
+                LIMIT 1 FOR UPDATE SKIP LOCKED)
+    RETURNING owner
+), uncounted_added AS (
+    INSERT INTO mcptasks_activetaskcount (owner, slot, active)
+    SELECT owner, mod(txid_current(), 2147483647)::int, -1 FROM cancelled
+    WHERE NOT EXISTS (SELECT 1 FROM uncounted_kept)
+    ON CONFLICT (owner, slot) DO UPDATE SET active = mcptasks_activetaskcount.active + EXCLUDED.active
+    RETURNING owner
+)
+SELECT * FROM cancelled;
+
+
 -- name: count_adjust
 -- Add ``delta`` to the owner's count of active tasks.
 WITH source AS (

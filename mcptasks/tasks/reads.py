@@ -83,16 +83,16 @@ async def alookup(task_id: str, owner: str) -> Task | None:
     """``lookup`` on the event loop (Postgres only; ``NotOnLoop`` otherwise)."""
     if not sql.loop_available():
         raise sql.NotOnLoop("not Postgres")
-    names, rows = await sql.aexecute("task_lookup", {"task_id": task_id, "owner": owner})
-    return _task(names, rows[0] if rows else None)
+    result = await sql.aexecute("task_lookup", {"task_id": task_id, "owner": owner})
+    return _task(result.names, result.first())
 
 
 async def apoll(task_id: str, owner: str, *, actor: str) -> Task | None:
     """``poll`` on the event loop (Postgres only; ``NotOnLoop`` otherwise)."""
     if not sql.loop_available():
         raise sql.NotOnLoop("not Postgres")
-    names, rows = await sql.aexecute("task_poll", _poll_params(task_id, owner, actor))
-    task = _task(names, rows[0] if rows else None)
+    result = await sql.aexecute("task_poll", _poll_params(task_id, owner, actor))
+    task = _task(result.names, result.first())
     if task is not None:
         log_outcome_read(task, actor=actor)
     return task

@@ -30,7 +30,7 @@ import time
 import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.core.signals import setting_changed
 from django.db import connection, connections, models
@@ -125,6 +125,17 @@ def strings(values: Sequence[str]) -> list[str]:
 # The event loop's connections -----------------------------------------------------
 
 
+class Result(NamedTuple):
+    """A statement's result on the loop: column names, rows, rows affected."""
+
+    names: list[str]
+    rows: list[Any]
+    rowcount: int
+
+    def first(self) -> Any:
+        return self.rows[0] if self.rows else None
+
+
 class NotOnLoop(Exception):
     """This request cannot be served on the event loop: take the thread path."""
 
@@ -158,7 +169,7 @@ class _Pool:
         self.idle: list[tuple[Any, float]] = []
         self.slots = asyncio.Semaphore(max(1, size))
 
-    async def execute(self, name: str, params: Mapping[str, Any]) -> tuple[list[str], list[Any]]:
+    async def execute(self, name: str, params: Mapping[str, Any]) -> Result:
         import psycopg
 
         text = STATEMENTS[name]
@@ -170,8 +181,12 @@ class _Pool:
                     opened = time.monotonic()
                 async with psycopg.AsyncCursor(conn) as cursor:
                     await cursor.execute(text, params, prepare=_prepare(text))
-                    rows = await cursor.fetchall() if cursor.description is not None else []
-                    names = column_names(cursor) if cursor.description is not None else []
+                    described = cursor.description is not None
+                    result = Result(
+                        column_names(cursor) if described else [],
+                        await cursor.fetchall() if described else [],
+                        cursor.rowcount,
+                    )
             except psycopg.Error as exc:
                 if conn is not None:
                     _finish(conn)
@@ -180,7 +195,7 @@ class _Pool:
                 _finish(conn)  # past CONN_MAX_AGE (0: a connection per call, as Django would)
             else:
                 self.idle.append((conn, opened))
-            return names, rows
+            return result
 
     def close(self) -> None:
         while self.idle:
@@ -206,9 +221,9 @@ def _pool() -> _Pool:
     return pool
 
 
-async def aexecute(name: str, params: Mapping[str, Any]) -> tuple[list[str], list[Any]]:
-    """Run the statement ``name`` on the running loop's pool, in autocommit:
-    its column names and rows. ``NotOnLoop`` when the database fails."""
+async def aexecute(name: str, params: Mapping[str, Any]) -> Result:
+    """Run the statement ``name`` on the running loop's pool, in autocommit
+    (committed when this returns). ``NotOnLoop`` when the database fails."""
     return await _pool().execute(name, params)
 
 

@@ -23,7 +23,7 @@ from ..models import ACTIVE_STATUSES, TERMINAL_STATUSES, InputRequest, InputRequ
 from ..tools.context import validate_input_response
 from . import quota, sql
 from .dispatch import enqueue_after_commit
-from .events import EventKind, announce, record_event, worker_actor
+from .events import EventKind, announce, announce_committed, record_event, worker_actor
 
 
 def _transition(
@@ -151,9 +151,47 @@ def fail(
 
 def cancel(task_id: str, *, actor: str, reason: str = "") -> bool:
     """Cancel an active task now. The running tool sees it through its context;
-    a queued run that has not started finds the task terminal and never runs."""
+    a queued run that has not started finds the task terminal and never runs.
+    On Postgres one statement (``task_cancel``), also on the event loop
+    (``acancel``)."""
+    reason = reason or "The task was cancelled."
+    if sql.single_statement():
+        cursor = sql.execute("task_cancel", _cancel_params(task_id, actor, reason))
+        return _cancelled(sql.column_names(cursor), cursor.fetchone(), actor, committed=False)
     with transaction.atomic():
-        return cancel_in_transaction(task_id, actor=actor, reason=reason or "The task was cancelled.")
+        return cancel_in_transaction(task_id, actor=actor, reason=reason)
+
+
+async def acancel(task_id: str, *, actor: str, reason: str = "") -> bool:
+    """``cancel`` on the event loop (Postgres; in autocommit)."""
+    result = await sql.aexecute("task_cancel", _cancel_params(task_id, actor, reason or "The task was cancelled."))
+    return _cancelled(result.names, result.first(), actor, committed=True)
+
+
+def _cancel_params(task_id: str, actor: str, reason: str) -> dict[str, Any]:
+    return {
+        "task_id": task_id,
+        "active": sql.strings(ACTIVE_STATUSES),
+        "cancelled": TaskStatus.CANCELLED.value,
+        "now": timezone.now(),
+        "actor": actor,
+        "reason": reason,
+        "kind": EventKind.TRANSITION.value,
+        "withdrawn": InputRequestState.WITHDRAWN.value,
+        "input_required": TaskStatus.INPUT_REQUIRED.value,
+        "pending": InputRequestState.PENDING.value,
+    }
+
+
+def _cancelled(names: list[str], row: Any, actor: str, *, committed: bool) -> bool:
+    if row is None:
+        return False
+    task = Task.objects.from_row(names[:-1], row[:-1])
+    if committed:
+        announce_committed(task, row[-1], actor, EventKind.TRANSITION)
+    else:
+        announce(task.id, row[-1], TaskStatus.CANCELLED, actor, EventKind.TRANSITION, task=task)
+    return True
 
 
 def cancel_in_transaction(task_id: str, *, actor: str, reason: str) -> bool:

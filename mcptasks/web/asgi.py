@@ -102,13 +102,13 @@ class MCPHandler(ASGIHandler):
             return
         if scope.get("method") == "POST":
             try:
-                polled = await _poll_on_loop(scope, body.read())
+                served = await _serve_on_loop(scope, body.read())
             except Exception:  # never the loop's to answer: the thread path does, as before
-                logger.warning("poll left to the thread path after an unexpected error", exc_info=True)
-                polled = None
-            if polled is not None:
+                logger.warning("request left to the thread path after an unexpected error", exc_info=True)
+                served = None
+            if served is not None:
                 body.close()
-                await self.send_response(polled, send)
+                await self.send_response(served, send)
                 return
             body.seek(0)
         set_script_prefix(scope.get("root_path", "") or "/")
@@ -140,9 +140,10 @@ class MCPHandler(ASGIHandler):
             body.close()
 
 
-async def _poll_on_loop(scope: Scope, body: bytes) -> Any:
-    """The response to a modern ``tasks/get`` served on the event loop, or
-    ``None`` for a request the thread path must serve: one it would refuse
+async def _serve_on_loop(scope: Scope, body: bytes) -> Any:
+    """The response to a modern request that the event loop's pipeline
+    serves (``on_loop.METHODS``: a task tool's creation, ``tasks/get``,
+    ``tasks/cancel``), or ``None`` for a request the thread path must serve: one it would refuse
     before the handler (Host, Origin, body, envelope, credentials), one whose
     caller is not in the identity cache (the thread path identifies it and
     fills the cache), and whatever ``on_loop`` leaves to it. So every refusal
@@ -156,7 +157,7 @@ async def _poll_on_loop(scope: Scope, body: bytes) -> Any:
     from .rendering import render
     from .views import error_response, legacy_wire, origin_allowed
 
-    if b"tasks/get" not in body or not on_loop.available():
+    if not any(method in body for method in _LOOP_METHODS) or not on_loop.available():
         return None  # other requests are parsed once, on the thread path
     headers = _scope_headers(scope)
     if not _host_allowed(headers.get("host")):
@@ -176,19 +177,23 @@ async def _poll_on_loop(scope: Scope, body: bytes) -> Any:
         message = jsonrpc.parse_message(data)
     except (ProtocolError, ValueError):
         return None  # the thread path refuses it
-    if message.is_notification or message.method != "tasks/get":
+    if message.is_notification or message.method not in on_loop.METHODS:
         return None
     key = identity_cache.request_key(headers, scope)
     caller = identity_cache.lookup(key) if key is not None else None
     if caller is None:
         return None
     try:
-        result = await on_loop.get_task(message, caller, headers)
+        result = await on_loop.serve(message, caller, headers)
     except on_loop.NotOnLoop:
         return None
     except ProtocolError as exc:
         return error_response(exc, message.id, status=modern.http_status(exc))
     return render(result_reply(message.id, result))
+
+
+#: The methods of ``on_loop.METHODS``, as they appear in a body.
+_LOOP_METHODS = (b"tools/call", b"tasks/get", b"tasks/cancel")
 
 
 def _scope_headers(scope: Scope) -> dict[str, str]:

@@ -220,8 +220,8 @@ def call_tool(req: Request) -> Reply:
     answers = _mrtr_answers(req, subject, arguments)
     if wants_task and not tool.starts_inline:
         if tool.task == "auto":  # waits a little for the result: not on a web thread
-            return Deferred(lambda: _create_task(req, tool, arguments, {}))
-        return _create_task(req, tool, arguments, {})
+            return Deferred(lambda: create_task_now(req, tool, arguments, {}))
+        return create_task_now(req, tool, arguments, {})
 
     def run(ctx: ToolContext) -> dict[str, Any]:
         try:
@@ -234,7 +234,7 @@ def call_tool(req: Request) -> Reply:
                 for key, q in ctx.asked.items()
                 if key in answers
             }
-            return _create_task(req, tool, arguments, answered)
+            return create_task_now(req, tool, arguments, answered)
         except TaskCancelled:
             raise ProtocolError(INTERNAL_ERROR, "The call was cancelled") from None
 
@@ -244,7 +244,7 @@ def call_tool(req: Request) -> Reply:
     return Deferred(lambda: _inline(req, answers, run, can_hand_off=wants_task))
 
 
-def _create_task(
+def create_task_now(
     req: Request, tool: Tool, arguments: dict[str, Any], answered: Mapping[str, lifecycle.Answer]
 ) -> dict[str, Any]:
     try:
