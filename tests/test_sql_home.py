@@ -50,6 +50,11 @@ def test_statements_name_the_models_tables_and_columns():
     for name in ("task_create", "task_create_within_quota"):
         inserted = re.search(r"INSERT INTO mcptasks_task \(([^)]*)\)", sql.STATEMENTS[name]).group(1)
         assert [c.strip() for c in inserted.split(",")] == columns, name
+    for name in ("run_claim", "run_finish", "task_cancel"):
+        text = sql.STATEMENTS[name]
+        assert "*" not in text, name  # a prepared ``*`` breaks when a migration adds a column
+        returned = re.search(r"RETURNING ([^)]*?)\n\)", text).group(1).replace("task.", "")
+        assert [c.strip() for c in returned.split(",")][: len(columns)] == columns, name
     referrers = {rel.related_model._meta.db_table for rel in Task._meta.related_objects}
     assert {t for t in re.findall(r"DELETE FROM (mcptasks_\w+)", sql.STATEMENTS["prune_batch"])} == referrers | {
         Task._meta.db_table

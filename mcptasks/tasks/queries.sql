@@ -7,6 +7,10 @@
 -- ``tests/test_sql_home.py`` checks the table and column names here
 -- against the models.
 --
+-- Rows come back with their columns named, never ``*``: a prepared
+-- statement whose result gained a column (a migration) would fail on every
+-- connection that prepared it before.
+--
 -- The count slots (``*_kept``, ``*_added``) take a slot of the owner's
 -- active-task count that no other transaction holds, or else add one keyed
 -- by the transaction's id: neither ever waits for a lock (``quota``).
@@ -134,12 +138,16 @@ WITH claimed AS (
     SET lease_owner = %(worker)s, lease_expires_at = %(lease)s, attempts = attempts + 1
     WHERE id = %(task_id)s AND status = %(working)s
       AND (lease_expires_at IS NULL OR lease_expires_at < %(now)s)
-    RETURNING *
+    RETURNING id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
+              result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
+              dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at
 ), started AS (
     INSERT INTO mcptasks_taskevent (task_id, at, kind, from_status, to_status, actor, detail)
     SELECT id, %(now)s, %(kind)s, '', '', %(actor)s, jsonb_build_object('attempt', attempts) FROM claimed
 )
-SELECT claimed.*, (
+SELECT id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
+       result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
+       dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at, (
     SELECT jsonb_object_agg(key, response) FROM mcptasks_inputrequest
     WHERE task_id = claimed.id AND state = %(answered)s
 ) AS answers
@@ -155,7 +163,9 @@ WITH finished AS (
     SET status = %(to)s, updated_at = %(now)s, result = %(result)s, status_message = %(message)s,
         lease_owner = '', lease_expires_at = NULL
     WHERE id = %(task_id)s AND status = %(working)s AND lease_owner = %(worker)s
-    RETURNING *
+    RETURNING id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
+              result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
+              dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at
 ), recorded AS (
     INSERT INTO mcptasks_taskevent (task_id, at, kind, from_status, to_status, actor, detail)
     SELECT id, %(now)s, %(kind)s, %(working)s, status, %(actor)s, jsonb_build_object() FROM finished
@@ -171,7 +181,10 @@ WITH finished AS (
     ON CONFLICT (owner, slot) DO UPDATE SET active = mcptasks_activetaskcount.active + EXCLUDED.active
     RETURNING owner
 )
-SELECT * FROM finished;
+SELECT id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
+       result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
+       dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at
+FROM finished;
 
 
 -- name: task_cancel
@@ -189,7 +202,11 @@ WITH prior AS (
         cancelled_by = %(actor)s, status_message = %(reason)s, lease_owner = '', lease_expires_at = NULL
     FROM prior
     WHERE task.id = prior.id AND task.status = prior.status
-    RETURNING task.*, prior.status AS from_status
+    RETURNING task.id, task.owner, task.tool_name, task.arguments, task.era, task.client_capabilities, task.status,
+              task.status_message, task.result, task.error,
+              task.created_at, task.updated_at, task.ttl_ms, task.expires_at, task.poll_interval_ms, task.attempts, task.dispatched_at,
+              task.lease_owner, task.lease_expires_at, task.cancel_requested_at, task.cancelled_by, task.outcome_read_at,
+              prior.status AS from_status
 ), recorded AS (
     INSERT INTO mcptasks_taskevent (task_id, at, kind, from_status, to_status, actor, detail)
     SELECT id, %(now)s, %(kind)s, from_status, status, %(actor)s, jsonb_build_object() FROM cancelled
@@ -209,7 +226,10 @@ WITH prior AS (
     ON CONFLICT (owner, slot) DO UPDATE SET active = mcptasks_activetaskcount.active + EXCLUDED.active
     RETURNING owner
 )
-SELECT * FROM cancelled;
+SELECT id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
+       result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
+       dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at, from_status
+FROM cancelled;
 
 
 -- name: count_adjust
