@@ -76,8 +76,15 @@ def _prepared() -> list[str]:
         return [row[0] for row in cursor.fetchall()]
 
 
+@pytest.fixture
+def kept_connections(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Connections kept past their request, as a site's ``CONN_MAX_AGE`` keeps
+    them (the tests' own setting, 0, closes them after each)."""
+    monkeypatch.setitem(connection.settings_dict, "CONN_MAX_AGE", 300)
+
+
 @postgres_only.PREPARED
-def test_the_workers_claim_and_finish_and_a_poll_are_prepared_on_the_connection():
+def test_the_workers_claim_and_finish_and_a_poll_are_prepared_on_the_connection(kept_connections):
     task = make_task()
     lifecycle.start_run(task.id, worker=WORKER)
     assert lifecycle.complete(task.id, {"content": []}, worker=WORKER)
@@ -89,8 +96,16 @@ def test_the_workers_claim_and_finish_and_a_poll_are_prepared_on_the_connection(
 
 
 @postgres_only.PREPARED
-def test_statements_are_not_prepared_when_the_setting_says_so(settings):
+def test_statements_are_not_prepared_when_the_setting_says_so(settings, kept_connections):
     settings.MCPTASKS = {**settings.MCPTASKS, "PREPARE_STATEMENTS": False}
+    task = make_task()
+    reads.lookup(task.id, "alice")
+    assert _as_prepared("task_lookup") not in _prepared()
+
+
+@postgres_only.PREPARED
+def test_a_connection_closed_after_its_request_prepares_nothing(monkeypatch):
+    monkeypatch.setitem(connection.settings_dict, "CONN_MAX_AGE", 0)
     task = make_task()
     reads.lookup(task.id, "alice")
     assert _as_prepared("task_lookup") not in _prepared()

@@ -14,9 +14,9 @@ Two ways to run a statement, one text:
 - :func:`aexecute`, on the event loop, from a small pool of async
   connections of the loop's own, in autocommit.
 
-Both prepare the statement on first use on each connection
-(``PREPARE_STATEMENTS``), so Postgres parses and plans it once per
-connection rather than on every call. A statement Postgres cannot prepare
+Both prepare the statement on first use on each connection that outlives
+its request (``PREPARE_STATEMENTS``; ``CONN_MAX_AGE`` not 0), so Postgres
+parses and plans it once per connection rather than on every call. A statement Postgres cannot prepare
 (a utility like ``LOCK``) runs unprepared.
 """
 
@@ -80,8 +80,11 @@ def single_statement() -> bool:
     return connection.vendor == "postgresql"
 
 
-def _prepare(text: str) -> bool:
-    return settings.PREPARE_STATEMENTS and bool(_PREPARABLE.match(text))
+def _prepare(text: str, max_age: float | None) -> bool:
+    """Whether to prepare: only a statement Postgres can prepare, and only on
+    a connection kept past its request (``CONN_MAX_AGE`` not 0), where the
+    round trip that prepares it is paid once, not on every use."""
+    return settings.PREPARE_STATEMENTS and max_age != 0 and bool(_PREPARABLE.match(text))
 
 
 def execute(name: str, params: Mapping[str, Any] | None = None) -> Any:
@@ -98,7 +101,7 @@ def execute(name: str, params: Mapping[str, Any] | None = None) -> Any:
     started = time.monotonic()
     with connection.wrap_database_errors:
         cursor = psycopg.Cursor(raw)
-        cursor.execute(text, params or {}, prepare=_prepare(text))
+        cursor.execute(text, params or {}, prepare=_prepare(text, connection.settings_dict.get("CONN_MAX_AGE", 0)))
     if connection.queries_logged:
         connection.queries_log.append(
             {"sql": f"-- {name}\n{text}", "time": f"{time.monotonic() - started:.3f}", "params": params}
@@ -180,7 +183,7 @@ class _Pool:
                     conn = await psycopg.AsyncConnection.connect(**self.params, autocommit=True)
                     opened = time.monotonic()
                 async with psycopg.AsyncCursor(conn) as cursor:
-                    await cursor.execute(text, params, prepare=_prepare(text))
+                    await cursor.execute(text, params, prepare=_prepare(text, self.max_age))
                     described = cursor.description is not None
                     result = Result(
                         column_names(cursor) if described else [],
