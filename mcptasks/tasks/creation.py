@@ -29,7 +29,7 @@ def clamp_ttl(requested_ms: int | None, tool_default_ms: int | None = None) -> i
     ttl = requested_ms if requested_ms is not None else tool_default_ms
     if ttl is None:
         ttl = settings.DEFAULT_TTL_MS
-    return max(0, min(int(ttl), settings.MAX_TTL_MS))
+    return max(0, min(int(ttl), int(settings.MAX_TTL_MS)))
 
 
 @dataclass(frozen=True)

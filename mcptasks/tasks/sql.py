@@ -117,7 +117,9 @@ def column_names(cursor: Any) -> list[str]:
 def db_value(model: type[models.Model], field: str, value: Any) -> Any:
     """``value`` as a raw statement's parameter for ``model.field`` (JSON
     wrapped for the driver, and so on), as the ORM would save it."""
-    return model._meta.get_field(field).get_db_prep_save(value, connection)
+    target = model._meta.get_field(field)
+    assert isinstance(target, models.Field)
+    return target.get_db_prep_save(value, connection)
 
 
 def strings(values: Sequence[str]) -> list[str]:

@@ -41,7 +41,7 @@ class RunMessages:
 
     def __init__(self) -> None:
         app = run_task.app
-        options: dict[str, Any] = dict(run_task._get_exec_options())
+        options: dict[str, Any] = dict(run_task._get_exec_options())  # type: ignore[attr-defined]
         if settings.CELERY_QUEUE:
             options["queue"] = settings.CELERY_QUEUE
         ignore_result = options.pop("ignore_result", None)

@@ -26,6 +26,7 @@ from ...tools.registry import registry
 from .. import authorization, limits
 from ..caller import Caller
 from ..jsonrpc import Message
+from ..shapes import detailed_task
 from . import handlers
 from .headers import check_param_headers, check_version, validate_headers
 
@@ -68,7 +69,7 @@ async def get_task(req: handlers.Request) -> dict[str, Any]:
     if not handlers.marks_in_the_read(req) and task.status in TERMINAL_STATUSES and task.outcome_read_at is None:
         raise NotOnLoop("first read of the outcome, after the scope check")
     await limits.athrottle_poll(req.caller.owner, task.id, task.poll_interval_ms)
-    return handlers.complete(handlers.detailed_task(task))
+    return handlers.complete(detailed_task(task))
 
 
 async def cancel_task(req: handlers.Request) -> dict[str, Any]:
