@@ -1,8 +1,8 @@
 """A small asyncio MCP client over raw HTTP/1.1 keep-alive connections.
 
 Used where a fixed-rate tool like wrk does not fit: seeding tasks, the
-tools/call latency samples (P2), the create-to-terminal loop (P3) and the
-paced polling during the purge (P4). It speaks only what the bench needs:
+tools/call latency samples (call-latency), the create-to-terminal loop
+(throughput) and the paced polling during the purge (scale). It speaks only what the bench needs:
 POST with a Content-Length body, answers with Content-Length or chunked
 bodies, reconnecting whenever the server closes (gunicorn's sync workers close
 after every answer).
@@ -226,7 +226,7 @@ async def wait_terminal(url: str, ids: list[str], timeout: float = 120.0, token:
     return counts
 
 
-# P2: tools/call latency ---------------------------------------------------------------------
+# call-latency: tools/call latency ---------------------------------------------------------------------
 
 
 @dataclass
@@ -281,7 +281,7 @@ async def call_latency(url: str, tool: str, n: int, concurrency: int, warmup: in
     return out
 
 
-# P3: create to terminal ------------------------------------------------------------------------
+# throughput: create to terminal ------------------------------------------------------------------------
 
 
 @dataclass
@@ -345,7 +345,7 @@ async def end_to_end(url: str, concurrency: int, duration: float, warmup: float,
     return out
 
 
-# P4: paced polling ---------------------------------------------------------------------------------
+# scale: paced polling ---------------------------------------------------------------------------------
 
 
 async def paced_polls(

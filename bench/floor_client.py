@@ -1,4 +1,4 @@
-"""The publishers of the P3 floor (bench/celery_floor.py), one process.
+"""The publishers of the throughput floor (bench/celery_floor.py), one process.
 
 ``python -m bench.floor_client PUBLISHERS WARMUP SECONDS KEY_PREFIX``, with
 the bench's mcptasks environment (``Bench.mcp_env``). Each publisher thread

@@ -1,4 +1,4 @@
-"""Listen streams (issue 4): many concurrent ``subscriptions/listen`` streams
+"""Listen streams: many concurrent ``subscriptions/listen`` streams
 on one ASGI process, with tasks changing under them.
 
 ``python3 -m bench listen [--streams 1000]`` (bench/__main__.py prepares the

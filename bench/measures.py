@@ -1,4 +1,4 @@
-"""The measures of issue 6, each one alternating the contenders round by round.
+"""The measures, each one alternating the contenders round by round.
 
 A record is one run of one contender: ``{"measure", "variant", "contender",
 "round", "value", ...}``. Ratios are taken within a round (adjacent runs), so
@@ -20,27 +20,37 @@ from typing import Any
 from bench import client, envs, procs, wrk
 from bench.stacks import Bench
 
+#: The measures, named for what they measure (a record's ``"measure"``).
+#: ``tasks/get`` answered per second by 32 pollers, and against the number of pollers:
+POLLS = "polls"
+POLLS_SWEEP = "polls-sweep"
+#: ``tools/call`` latency (p50, p99) of a tool that finishes at once, 1 and 32 callers:
+CALL_LATENCY = "call-latency"
+#: No-op tasks per second from creation to a terminal status, 32 clients, and against the number of clients:
+THROUGHPUT = "throughput"
+THROUGHPUT_SWEEP = "throughput-sweep"
+
 
 @dataclass
 class Config:
     quick: bool = False
     rounds: int = 3
-    p1_seconds: float = 6.0
-    p1_tasks: int = 500
+    polls_seconds: float = 6.0
+    polls_tasks: int = 500
     sweep_seconds: float = 4.0
-    p1_sweep: list[int] = field(default_factory=lambda: [1, 4, 16, 32, 64])
-    p2_n1: int = 200
-    p2_n32: int = 500
-    p3_seconds: float = 6.0
-    p3_warmup: float = 2.0
-    p3_poll: float = 0.02
-    p3_sweep: list[int] = field(default_factory=lambda: [1, 4, 16, 32, 64])
-    p4_small: int = 10_000
-    p4_large: int = 10_000_000
-    p4_purge: int = 1_000_000
-    p4_pollers: int = 16
-    p4_poll_interval: float = 0.25
-    p4_purge_cap: float = 120.0
+    polls_sweep_pollers: list[int] = field(default_factory=lambda: [1, 4, 16, 32, 64])
+    call_requests_1: int = 200
+    call_requests_32: int = 500
+    throughput_seconds: float = 6.0
+    throughput_warmup: float = 2.0
+    throughput_poll: float = 0.02
+    throughput_sweep_clients: list[int] = field(default_factory=lambda: [1, 4, 16, 32, 64])
+    scale_small: int = 10_000
+    scale_large: int = 10_000_000
+    scale_purge: int = 1_000_000
+    scale_pollers: int = 16
+    scale_poll_interval: float = 0.25
+    scale_purge_cap: float = 120.0
     pgbench_seconds: float = 8.0
 
     @classmethod
@@ -48,19 +58,19 @@ class Config:
         return cls(
             quick=True,
             rounds=1,
-            p1_seconds=4.0,
-            p1_tasks=200,
+            polls_seconds=4.0,
+            polls_tasks=200,
             sweep_seconds=3.0,
-            p1_sweep=[],
-            p2_n1=60,
-            p2_n32=200,
-            p3_seconds=4.0,
-            p3_warmup=1.0,
-            p3_sweep=[],
-            p4_small=10_000,
-            p4_large=100_000,
-            p4_purge=20_000,
-            p4_purge_cap=20.0,
+            polls_sweep_pollers=[],
+            call_requests_1=60,
+            call_requests_32=200,
+            throughput_seconds=4.0,
+            throughput_warmup=1.0,
+            throughput_sweep_clients=[],
+            scale_small=10_000,
+            scale_large=100_000,
+            scale_purge=20_000,
+            scale_purge_cap=20.0,
             pgbench_seconds=4.0,
         )
 
@@ -227,7 +237,7 @@ def pgbench(bench: Bench, cfg: Config) -> dict[str, Any]:
         bench.services.drop_db(name)
 
 
-# P1: polls -------------------------------------------------------------------------------------
+# polls: tasks/get per second -------------------------------------------------------------------------------------
 
 
 def _poll_run(
@@ -282,11 +292,11 @@ def _slim(data: dict[str, Any]) -> dict[str, Any]:
 FLOOR_VIEW = {"uvicorn": "/bare-async", "gunicorn": "/bare"}
 
 
-#: P1's variants: which seeded tasks are polled, and with the bearer token or not.
-P1_STATES = ("working", "completed", "completed-auth")
+#: The polls measure's variants: which seeded tasks are polled, and with the bearer token or not.
+POLLED_STATES = ("working", "completed", "completed-auth")
 
 
-def p1(
+def polls(
     bench: Bench, cfg: Config, contenders: list[str], seeds: dict[str, dict[str, Path]], floors: bool = True
 ) -> list[dict]:
     """tasks/get per second, 32 pollers, on working and on completed tasks,
@@ -298,14 +308,14 @@ def p1(
         wrk.run(bench.webs[name].url, "get", ids_file=seeds[name]["working"], connections=32, duration=2)
     for name in mcp_names:
         wrk.run(f"{bench.webs[name].base}/bare", "bare", connections=32, duration=1)
-    for state in (s for s in P1_STATES if s in seeds[contenders[0]]):
+    for state in (s for s in POLLED_STATES if s in seeds[contenders[0]]):
         for r in range(cfg.rounds):
             for name in _order(contenders, r):
                 token = bench.token if state.endswith("-auth") else None
-                data = _poll_run(bench, name, seeds[name][state], 32, cfg.p1_seconds, token=token)
+                data = _poll_run(bench, name, seeds[name][state], 32, cfg.polls_seconds, token=token)
                 recs.append(
                     {
-                        "measure": "P1",
+                        "measure": POLLS,
                         "variant": state,
                         "contender": name,
                         "round": r,
@@ -314,11 +324,11 @@ def p1(
                     }
                 )
                 log(
-                    f"P1 {state:14} r{r} {name:9} {data['rps']:8.0f} polls/s  errors {data['errors']}  "
+                    f"polls {state:14} r{r} {name:9} {data['rps']:8.0f} polls/s  errors {data['errors']}  "
                     f"wrk {data['loadgen_cores']:.2f} cores  cpu {data['cpu']}"
                 )
             if state == "working" and floors and "bare-asgi" in bench.webs:
-                data = _bare_run(bench, "bare-asgi", "/", cfg.p1_seconds)
+                data = _bare_run(bench, "bare-asgi", "/", cfg.polls_seconds)
                 recs.append(
                     {
                         "measure": "floor-asgi",
@@ -334,7 +344,7 @@ def p1(
             if state == "working":
                 for name in _order(mcp_names, r):
                     path = FLOOR_VIEW[bench.webs[name].key]
-                    data = _bare_run(bench, name, path, cfg.p1_seconds)
+                    data = _bare_run(bench, name, path, cfg.polls_seconds)
                     recs.append(
                         {
                             "measure": "floor-view",
@@ -368,14 +378,14 @@ def p1(
     return recs
 
 
-def p1_sweep(bench: Bench, cfg: Config, contenders: list[str], seeds: dict[str, dict[str, Path]]) -> list[dict]:
+def polls_sweep(bench: Bench, cfg: Config, contenders: list[str], seeds: dict[str, dict[str, Path]]) -> list[dict]:
     recs = []
-    for i, conc in enumerate(cfg.p1_sweep):
+    for i, conc in enumerate(cfg.polls_sweep_pollers):
         for name in _order(contenders, i):
             data = _poll_run(bench, name, seeds[name]["working"], conc, cfg.sweep_seconds)
             recs.append(
                 {
-                    "measure": "P1-sweep",
+                    "measure": POLLS_SWEEP,
                     "variant": f"c{conc}",
                     "contender": name,
                     "round": 0,
@@ -384,11 +394,11 @@ def p1_sweep(bench: Bench, cfg: Config, contenders: list[str], seeds: dict[str, 
                     **_slim(data),
                 }
             )
-            log(f"P1 sweep c={conc:3} {name:9} {data['rps']:8.0f} polls/s  p50 {data['lat_p50_us'] / 1000:.1f} ms")
+            log(f"polls sweep c={conc:3} {name:9} {data['rps']:8.0f} polls/s  p50 {data['lat_p50_us'] / 1000:.1f} ms")
     return recs
 
 
-# P2: task creation latency ------------------------------------------------------------------------
+# call-latency: tools/call latency ------------------------------------------------------------------------
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -399,12 +409,12 @@ def _pct(values: list[float], q: float) -> float:
     return s[k]
 
 
-def p2(bench: Bench, cfg: Config, contenders: list[str]) -> list[dict]:
+def call_latency(bench: Bench, cfg: Config, contenders: list[str]) -> list[dict]:
     recs = []
     for r in range(cfg.rounds):
         for name in _order(contenders, r):
             url = bench.webs[name].url
-            for conc, n in ((1, cfg.p2_n1), (32, cfg.p2_n32)):
+            for conc, n in ((1, cfg.call_requests_1), (32, cfg.call_requests_32)):
                 gate = bench.wait_machine_quiet()
                 samples, cpu = _cpu_run(
                     bench,
@@ -415,7 +425,7 @@ def p2(bench: Bench, cfg: Config, contenders: list[str]) -> list[dict]:
                 )
                 lat = [x * 1000 for x in samples.latencies]
                 rec = {
-                    "measure": "P2",
+                    "measure": CALL_LATENCY,
                     "variant": f"c{conc}",
                     "contender": name,
                     "round": r,
@@ -431,7 +441,7 @@ def p2(bench: Bench, cfg: Config, contenders: list[str]) -> list[dict]:
                 }
                 recs.append(rec)
                 log(
-                    f"P2 c={conc:2} r{r} {name:9} p50 {rec['p50_ms']:6.2f} ms  p99 {rec['p99_ms']:7.2f} ms  "
+                    f"call latency c={conc:2} r{r} {name:9} p50 {rec['p50_ms']:6.2f} ms  p99 {rec['p99_ms']:7.2f} ms  "
                     f"{samples.rate:6.0f} calls/s  errors {samples.errors}  cpu {cpu}"
                 )
             waited = bench.wait_quiet()
@@ -439,10 +449,10 @@ def p2(bench: Bench, cfg: Config, contenders: list[str]) -> list[dict]:
     return recs
 
 
-# P3: end to end -------------------------------------------------------------------------------------
+# throughput: end to end -------------------------------------------------------------------------------------
 
 
-def p3(
+def throughput(
     bench: Bench,
     cfg: Config,
     contenders: list[str],
@@ -455,7 +465,7 @@ def p3(
     """End to end; ``after_peer(round)`` runs right after the peer's run of
     each round (the Celery floor, bench/celery_floor.py), so that it sits next to it."""
     recs = []
-    seconds = seconds or cfg.p3_seconds
+    seconds = seconds or cfg.throughput_seconds
     for r in range(rounds):
         for name in _order(contenders, r):
             url = bench.webs[name].url
@@ -463,18 +473,20 @@ def p3(
             e, cpu = _cpu_run(
                 bench,
                 name,
-                lambda url=url: client.run(client.end_to_end(url, conc, seconds, cfg.p3_warmup, cfg.p3_poll)),
+                lambda url=url: client.run(
+                    client.end_to_end(url, conc, seconds, cfg.throughput_warmup, cfg.throughput_poll)
+                ),
             )
             lat = [x * 1000 for x in e.latencies]
             executing = bench.webs[name].executing_processes
             rec = {
-                "measure": variant or "P3",
+                "measure": variant or THROUGHPUT,
                 "variant": f"c{conc}",
                 "contender": name,
                 "round": r,
                 "concurrency": conc,
                 "value": e.rate,
-                # Fair counts (issue 15): the processes that execute tasks differ per side.
+                # Fair counts: the processes that execute tasks differ per side.
                 "executing_processes": executing,
                 "per_process": e.rate / executing if executing else float("nan"),
                 "completed": e.completed,
@@ -488,7 +500,8 @@ def p3(
             }
             recs.append(rec)
             log(
-                f"P3 c={conc:2} r{r} {name:9} {e.rate:7.1f} tasks/s  create→terminal p50 {rec['latency_p50_ms']:.0f} ms"
+                f"throughput c={conc:2} r{r} {name:9} {e.rate:7.1f} tasks/s"
+                f"  create→terminal p50 {rec['latency_p50_ms']:.0f} ms"
                 f"  failed {e.failed} errors {e.errors}  cpu {cpu}"
             )
             bench.wait_quiet(timeout=60)

@@ -1,101 +1,38 @@
 """Processes the bench starts, and the CPU they (and the services) use.
 
-Every process is started in its own session (process group) and remembered;
+Starting and stopping them is the tests' launcher (tests/support/processes.py):
+every process in its own session (process group), remembered, and
 ``stop_all`` ends exactly those groups and nothing else.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-import signal
 import subprocess
 import time
-import urllib.request
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
+from tests.support.processes import kill_group, wait_answering
 
-_started: list[subprocess.Popen[bytes]] = []
-
-
-def start(argv: list[str], *, env: Mapping[str, str], log: Path, cwd: Path) -> subprocess.Popen[bytes]:
-    log.parent.mkdir(parents=True, exist_ok=True)
-    handle = log.open("ab")
-    proc = subprocess.Popen(
-        argv, cwd=cwd, env=dict(env), stdout=handle, stderr=subprocess.STDOUT, start_new_session=True
-    )
-    handle.close()
-    _started.append(proc)
-    return proc
+# The one launcher of the tests and the bench, used through this module.
+from tests.support.processes import start as start
+from tests.support.processes import stop_all as stop_all
+from tests.support.processes import tail as tail
 
 
 def stop(proc: subprocess.Popen[bytes], grace: float = 8.0) -> None:
     """SIGTERM the process group the bench started, then SIGKILL what is left."""
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=grace)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=5)
-    if proc in _started:
-        _started.remove(proc)
-
-
-def stop_all() -> None:
-    for proc in list(reversed(_started)):
-        stop(proc)
-
-
-def tail(path: Path, lines: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
+    kill_group(proc, grace=grace)
 
 
 def wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path, *, timeout: float = 60.0) -> None:
     """Until a server/discover POST answers (any HTTP status is an answer)."""
-    body = json.dumps(
-        {
-            "jsonrpc": "2.0",
-            "id": 0,
-            "method": "server/discover",
-            "params": {
-                "_meta": {
-                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                    "io.modelcontextprotocol/clientCapabilities": {},
-                }
-            },
-        }
-    ).encode()
-    headers = {
-        "Content-Type": "application/json",
-        "Accept": "application/json, text/event-stream",
-        "MCP-Protocol-Version": "2026-07-28",
-        "Mcp-Method": "server/discover",
-    }
-    deadline = time.monotonic() + timeout
-    last: object = None
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args[:4]} exited with {proc.returncode}:\n{tail(log)}")
-        try:
-            with urllib.request.urlopen(urllib.request.Request(url, body, headers), timeout=2) as r:
-                r.read()
-                return
-        except urllib.error.HTTPError:
-            return
-        except OSError as exc:
-            last = exc
-        time.sleep(0.2)
-    raise RuntimeError(f"{url} not ready after {timeout}s ({last}):\n{tail(log)}")
+    try:
+        wait_answering(url, proc, log, ok=None, timeout=timeout)
+    except AssertionError as exc:  # the bench reports failures as RuntimeError
+        raise RuntimeError(str(exc)) from exc
 
 
 # CPU accounting ------------------------------------------------------------------------------

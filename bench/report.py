@@ -1,7 +1,9 @@
-"""Turn the records into the table, the plots and docs/performance.md's results block."""
+"""Turn the records into the table, the plots and the data file that
+docs/performance.md links (docs/data/bench.json)."""
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from collections import defaultdict
@@ -9,10 +11,18 @@ from pathlib import Path
 from typing import Any
 
 from bench import celery_floor
+from bench.measures import CALL_LATENCY, POLLS, POLLS_SWEEP, THROUGHPUT, THROUGHPUT_SWEEP
 from bench.stacks import MCP_WEB, PEER_LABEL, PEER_SINGLE_LABEL, RUN_LABEL
 
-BEGIN = "<!-- bench:results:begin -->"
-END = "<!-- bench:results:end -->"
+#: The names earlier runs gave the measures, in their results.json (``--report-only``).
+EARLIER_NAMES = {
+    "P1": POLLS,
+    "P1-sweep": POLLS_SWEEP,
+    "P2": CALL_LATENCY,
+    "P3": THROUGHPUT,
+    "P3-sweep": THROUGHPUT_SWEEP,
+    "floor3": celery_floor.MEASURE,
+}
 
 
 #: Web processes of the peer in the run being reported (older results: 1).
@@ -24,6 +34,8 @@ def label(name: str) -> str:
         return RUN_LABEL
     if name == "peer1":
         return PEER_SINGLE_LABEL
+    if name == "peer-fsync":
+        return "fastmcp-tasks, Redis appendfsync always"
     if name == "peer":
         return PEER_LABEL if _peer_workers == 2 else PEER_LABEL.replace(" ×2", f" ×{_peer_workers}").replace(" ×1", "")
     return MCP_WEB[name]["label"]
@@ -32,6 +44,16 @@ def label(name: str) -> str:
 def use(results: dict[str, Any]) -> None:
     global _peer_workers
     _peer_workers = int(results.get("peer_web_workers", 1))
+
+
+def current_names(results: dict[str, Any]) -> dict[str, Any]:
+    """An earlier run's results with the measures under today's names."""
+    for record in results.get("records", []):
+        record["measure"] = EARLIER_NAMES.get(record["measure"], record["measure"])
+    for old, new in (("scaled", "scale"), ("p4_error", "scale_error")):
+        if old in results:
+            results[new] = results.pop(old)
+    return results
 
 
 def med(values: list[float]) -> float:
@@ -115,17 +137,17 @@ def summarize(results: dict[str, Any], names: list[str] | None = None, peer: str
         s["rows"].append(entry)
         return entry
 
-    # P1
+    # polls
     floors = by(recs, "floor-view", "floor")
     floor_med = {n: med([r["value"] for r in floors.get(n, [])]) for n in mcp}
     pg = results.get("pgbench") or {}
     for variant in ("working", "completed", "completed-auth"):
         if variant.endswith("-auth"):
-            if not by(recs, "P1", variant):
+            if not by(recs, POLLS, variant):
                 continue
             e = row(
-                "P1 polls/s, 32 pollers, completed tasks, bearer token",
-                "P1",
+                "polls/s, 32 pollers, completed tasks, bearer token",
+                POLLS,
                 variant,
                 "/s",
                 goal="≥ 5× peer",
@@ -134,7 +156,9 @@ def summarize(results: dict[str, Any], names: list[str] | None = None, peer: str
                 n: med(
                     [
                         a / b
-                        for a, b in _paired(by(recs, "P1", variant).get(n, []), by(recs, "P1", "completed").get(n, []))
+                        for a, b in _paired(
+                            by(recs, POLLS, variant).get(n, []), by(recs, POLLS, "completed").get(n, [])
+                        )
                     ]
                 )
                 for n in mcp
@@ -147,36 +171,42 @@ def summarize(results: dict[str, Any], names: list[str] | None = None, peer: str
             )
             continue
         e = row(
-            f"P1 polls/s, 32 pollers, {variant} tasks", "P1", variant, "/s", goal="≥ 5× peer, ≥ 50 % of the bare view"
+            f"polls/s, 32 pollers, {variant} tasks", POLLS, variant, "/s", goal="≥ 5× peer, ≥ 50 % of the bare view"
         )
         if variant == "working" and any(floors.get(n) for n in mcp):
             pct = {}
             for n in mcp:
                 per_round = []
-                p1 = {r["round"]: r["value"] for r in by(recs, "P1", "working").get(n, [])}
+                polled = {r["round"]: r["value"] for r in by(recs, POLLS, "working").get(n, [])}
                 fl = {r["round"]: r["value"] for r in floors.get(n, [])}
-                per_round = [p1[k] / fl[k] for k in p1 if fl.get(k)]
+                per_round = [polled[k] / fl[k] for k in polled if fl.get(k)]
                 pct[n] = med(per_round)
             e["floor"] = "; ".join(
-                f"bare Django view {fmt(floor_med[n], '/s')} on {n} (P1 = {100 * pct[n]:.0f} % of it)" for n in mcp
+                f"bare Django view {fmt(floor_med[n], '/s')} on {n} (polls at {100 * pct[n]:.0f} % of it)" for n in mcp
             )
             asgi = by(recs, "floor-asgi", "floor").get("uvicorn", [])
             if asgi and "uvicorn" in mcp:
-                p1u = {r["round"]: r["value"] for r in by(recs, "P1", "working").get("uvicorn", [])}
-                share = med([p1u[r["round"]] / r["value"] for r in asgi if r["round"] in p1u and r["value"]])
+                polled_uvicorn = {r["round"]: r["value"] for r in by(recs, POLLS, "working").get("uvicorn", [])}
+                share = med(
+                    [
+                        polled_uvicorn[r["round"]] / r["value"]
+                        for r in asgi
+                        if r["round"] in polled_uvicorn and r["value"]
+                    ]
+                )
                 e["floor"] += (
                     f"; bare ASGI app under the same uvicorn command {fmt(med([r['value'] for r in asgi]), '/s')} "
-                    f"(P1 = {100 * share:.0f} % of it)"
+                    f"(polls at {100 * share:.0f} % of it)"
                 )
                 e["pct_asgi"] = share
             if pg:
                 e["floor"] += (
                     f"; pgbench -S {fmt(pg['simple']['tps'], 'tps')} (prepared {fmt(pg['prepared']['tps'], 'tps')})"
                 )
-            sess = {n: med([r.get("pg_sessions_per_1k") for r in by(recs, "P1", "working").get(n, [])]) for n in mcp}
+            sess = {n: med([r.get("pg_sessions_per_1k") for r in by(recs, POLLS, "working").get(n, [])]) for n in mcp}
             e["floor"] += "; new Postgres sessions per 1k polls: " + ", ".join(f"{n} {fmt(v)}" for n, v in sess.items())
             e["pct_floor"] = pct
-    # P2
+    # call latency
     commit = ""
     if pg.get("commit_c1"):
         commit = (
@@ -186,8 +216,8 @@ def summarize(results: dict[str, Any], names: list[str] | None = None, peer: str
     for conc in (1, 32):
         for field, what in (("p50_ms", "p50"), ("p99_ms", "p99")):
             e = row(
-                f"P2 tools/call {what}, {conc} caller{'s' if conc > 1 else ''}",
-                "P2",
+                f"tools/call {what}, {conc} caller{'s' if conc > 1 else ''}",
+                CALL_LATENCY,
                 f"c{conc}",
                 "ms",
                 field,
@@ -196,16 +226,16 @@ def summarize(results: dict[str, Any], names: list[str] | None = None, peer: str
             )
             if conc == 1 and what == "p50" and commit:
                 e["floor"] = commit
-    # P3
-    e = row("P3 no-op tasks/s, create→terminal, 32 clients", "P3", "c32", "/s", goal="≥ 1.5× peer")
+    # throughput
+    e = row("no-op tasks/s, create→terminal, 32 clients", THROUGHPUT, "c32", "/s", goal="≥ 1.5× peer")
     if peer == "peer":  # the floor runs on the main configuration's workers only
         e["floor"] = celery_floor.note(recs, peer, mcp)
-    p3 = by(recs, "P3", "c32")
-    if any("per_process" in r for rr in p3.values() for r in rr):
-        counts = {n: med([r.get("executing_processes") for r in p3.get(n, [])]) for n in names}
+    runs = by(recs, THROUGHPUT, "c32")
+    if any("per_process" in r for rr in runs.values() for r in rr):
+        counts = {n: med([r.get("executing_processes") for r in runs.get(n, [])]) for n in names}
         e = row(
-            "P3 no-op tasks/s per executing process, 32 clients",
-            "P3",
+            "no-op tasks/s per executing process, 32 clients",
+            THROUGHPUT,
             "c32",
             "/s",
             "per_process",
@@ -214,15 +244,44 @@ def summarize(results: dict[str, Any], names: list[str] | None = None, peer: str
         e["floor"] = "processes that execute tasks: " + ", ".join(
             f"{label(n)} {counts[n]:.0f}" for n in names if not math.isnan(counts[n])
         )
-        cpu_rows = {n: med([r["value"] / _stack_cores(r) for r in p3.get(n, []) if _stack_cores(r)]) for n in names}
+        cpu_rows = {n: med([r["value"] / _stack_cores(r) for r in runs.get(n, []) if _stack_cores(r)]) for n in names}
         e["floor"] += "; tasks per second of CPU, whole stack: " + ", ".join(
             f"{label(n)} {fmt(v)}" for n, v in cpu_rows.items() if not math.isnan(v)
         )
         e["floor"] += "; CPU per task, ms: " + "; ".join(
-            f"{label(n)} {text}" for n in names if (text := _cpu_per_task(p3.get(n, [])))
+            f"{label(n)} {text}" for n in names if (text := _cpu_per_task(runs.get(n, [])))
         )
-        s["p3_cpu_per_task"] = {n: _cpu_per_task_ms(p3.get(n, [])) for n in names}
+        s["throughput_cpu_per_task"] = {n: _cpu_per_task_ms(runs.get(n, [])) for n in names}
+    if peer == "peer":
+        _durable_peer_row(recs, names, mcp, s)
     return s
+
+
+def _durable_peer_row(recs: list[dict], names: list[str], mcp: list[str], s: dict[str, Any]) -> None:
+    """Throughput against the peer on a Redis that fsyncs every write
+    (bench/durable_peer.py); its values sit in the peer's column."""
+    from bench.durable_peer import KEY, MEASURE
+
+    rows = by(recs, MEASURE, "c32")
+    if not rows.get(KEY):
+        return
+    values = {n: med([r["value"] for r in rows.get(n, [])]) for n in mcp}
+    values.update({n: med([r["value"] for r in rows[KEY]]) for n in names if n not in mcp})
+    cpu = "; ".join(f"{label(n)} {text}" for n in [*mcp, KEY] if (text := _cpu_per_task(rows.get(n, []))))
+    s["rows"].append(
+        {
+            "noise": med([foreign(r) for rr in rows.values() for r in rr if foreign(r) is not None]),
+            "title": "no-op tasks/s, create→terminal, 32 clients, the peer's Redis on `appendfsync always`",
+            "unit": "/s",
+            "values": values,
+            "ratios": {n: med(ratios(recs, MEASURE, "c32", n, peer=KEY)) for n in mcp},
+            "floor": "the peer on a Redis of its own (`appendonly yes`, `appendfsync always`); "
+            f"CPU per task, ms: {cpu}",
+            "goal": "≥ 1.5× peer",
+            "higher_better": True,
+        }
+    )
+    s["throughput_durable_peer_cpu_per_task"] = {n: _cpu_per_task_ms(rows.get(n, [])) for n in [*mcp, KEY]}
 
 
 #: The process groups of a run's CPU record, in the order the report gives them.
@@ -231,7 +290,7 @@ _CPU_GROUPS = ("web", "workers", "postgres", "redis")
 
 def _cpu_per_task_ms(runs: list[dict]) -> dict[str, float]:
     """Median CPU milliseconds each process group spent per completed task
-    (P3): where a task's cost goes, and so where the floor of a design is."""
+    (throughput): where a task's cost goes, and so where the floor of a design is."""
     out: dict[str, float] = {}
     for group in (*_CPU_GROUPS, "stack"):
         values = []
@@ -279,13 +338,13 @@ def goal_lines(results: dict[str, Any], s: dict[str, Any]) -> list[str]:
             return ("–", float("nan"))
         return max(cands, key=lambda x: x[1]) if higher else min(cands, key=lambda x: x[1])
 
-    p1 = rows["P1 polls/s, 32 pollers, working tasks"]
-    n, r = best(p1["title"])
-    pct = p1.get("pct_floor", {}).get(n, float("nan"))
+    polled = rows["polls/s, 32 pollers, working tasks"]
+    n, r = best(polled["title"])
+    pct = polled.get("pct_floor", {}).get(n, float("nan"))
     ok = r >= 5 and pct >= 0.5
-    asgi = p1.get("pct_asgi") if n == "uvicorn" else None
+    asgi = polled.get("pct_asgi") if n == "uvicorn" else None
     lines.append(
-        f"- **P1** ({label(n) if n != '–' else '–'}): {fr(r)} fastmcp-tasks (goal ≥ 5×), {100 * pct:.0f} % of the "
+        f"- **polls** ({label(n) if n != '–' else '–'}): {fr(r)} fastmcp-tasks (goal ≥ 5×), {100 * pct:.0f} % of the "
         f"bare Django view (goal ≥ 50 %)"
         + (f", {100 * asgi:.0f} % of a bare ASGI app" if asgi else "")
         + f": **{'met' if ok else 'not met'}**"
@@ -293,30 +352,38 @@ def goal_lines(results: dict[str, Any], s: dict[str, Any]) -> list[str]:
     )
     worst = {}
     for n in mcp:
-        v = [rows[t]["values"][n] for t in rows if t.startswith("P2") and "p50" in t]
-        w = [rows[t]["values"][n] for t in rows if t.startswith("P2") and "p99" in t]
-        rr = [rows[t]["ratios"][n] for t in rows if t.startswith("P2")]
+        v = [rows[t]["values"][n] for t in rows if t.startswith("tools/call") and "p50" in t]
+        w = [rows[t]["values"][n] for t in rows if t.startswith("tools/call") and "p99" in t]
+        rr = [rows[t]["ratios"][n] for t in rows if t.startswith("tools/call")]
         worst[n] = (max(v), max(w), max(rr))
     n = min(mcp, key=lambda k: worst[k][0])
     p50, p99, rr = worst[n]
     ok = p50 <= 5 and p99 <= 20 and rr <= 1
     lines.append(
-        f"- **P2** ({label(n)}): worst p50 {fmt(p50, 'ms')} (goal ≤ 5 ms), worst p99 {fmt(p99, 'ms')} (goal ≤ 20 ms), "
+        f"- **call latency** ({label(n)}): worst p50 {fmt(p50, 'ms')} (goal ≤ 5 ms), "
+        f"worst p99 {fmt(p99, 'ms')} (goal ≤ 20 ms), "
         f"at most {fr(rr)} the peer's latency (goal ≤ 1×): **{'met' if ok else 'not met'}**"
     )
-    n, r = best("P3 no-op tasks/s, create→terminal, 32 clients")
+    n, r = best("no-op tasks/s, create→terminal, 32 clients")
     lines.append(
-        f"- **P3** ({label(n) if n != '–' else '–'}): {fr(r)} fastmcp-tasks (goal ≥ 1.5×): "
+        f"- **throughput** ({label(n) if n != '–' else '–'}): {fr(r)} fastmcp-tasks (goal ≥ 1.5×): "
         f"**{'met' if r >= 1.5 else 'not met'}**"
     )
-    p4 = results.get("p4")
-    if p4 and "large" in p4:
-        pr = p4["purge_run"]
-        slow = p4["slowdown_c1_p50"]
+    title = "no-op tasks/s, create→terminal, 32 clients, the peer's Redis on `appendfsync always`"
+    if title in rows:
+        n, r = best(title)
         lines.append(
-            f"- **P4** ({label(p4['config'])}): p50 {fmt(p4['small']['c1_p50_ms'], 'ms')} at "
-            f"{p4['small_stats']['rows']:,} rows, {fmt(p4['large']['c1_p50_ms'], 'ms')} at "
-            f"{p4['large_stats']['rows']:,} rows: {slow:.2f}× "
+            f"- **throughput, durable peer** ({label(n) if n != '–' else '–'}): {fr(r)} fastmcp-tasks on "
+            f"`appendfsync always` (goal ≥ 1.5×): **{'met' if r >= 1.5 else 'not met'}**"
+        )
+    scaled = results.get("scale")
+    if scaled and "large" in scaled:
+        pr = scaled["purge_run"]
+        slow = scaled["slowdown_c1_p50"]
+        lines.append(
+            f"- **scale** ({label(scaled['config'])}): p50 {fmt(scaled['small']['c1_p50_ms'], 'ms')} at "
+            f"{scaled['small_stats']['rows']:,} rows, {fmt(scaled['large']['c1_p50_ms'], 'ms')} at "
+            f"{scaled['large_stats']['rows']:,} rows: {slow:.2f}× "
             f"(goal ≤ 1.2×, **{'met' if slow <= 1.2 else 'not met'}**); "
             f"purge deleted {pr['deleted']:,} rows in {pr['purge_seconds']} s"
             f"{' (capped)' if pr['capped'] else ''}, slowest poll "
@@ -346,38 +413,39 @@ def table(results: dict[str, Any]) -> str:
         cells.append("–" if math.isnan(r["noise"]) else f"{r['noise']:.2f}")
         cells.append(r["floor"] or ("lower is better" if not r["higher_better"] else ""))
         lines.append("| " + " | ".join(cells) + " |")
-    p4 = results.get("p4")
-    if p4 and "large" in p4:
-        cfg = p4["config"]
+    scaled = results.get("scale")
+    if scaled and "large" in scaled:
+        cfg = scaled["config"]
         blank = ["–"] * len(names)
         idx = names.index(cfg) if cfg in names else 0
 
-        def p4row(title: str, value: str, note: str) -> None:
+        def scale_row(title: str, value: str, note: str) -> None:
             cells = list(blank)
             cells[idx] = value
             lines.append("| " + " | ".join([title, *cells, *(["–"] * len(mcp)), "–", note]) + " |")
 
-        p4row(
-            f"P4 tasks/get p50, 1 poller, {p4['small_stats']['rows']:,} rows",
-            fmt(p4["small"]["c1_p50_ms"], "ms"),
-            f"32 pollers: p50 {fmt(p4['small']['c32_p50_ms'], 'ms')}, {fmt(p4['small']['c32_rps'])}/s",
+        scale_row(
+            f"tasks/get p50, 1 poller, {scaled['small_stats']['rows']:,} rows",
+            fmt(scaled["small"]["c1_p50_ms"], "ms"),
+            f"32 pollers: p50 {fmt(scaled['small']['c32_p50_ms'], 'ms')}, {fmt(scaled['small']['c32_rps'])}/s",
         )
-        p4row(
-            f"P4 tasks/get p50, 1 poller, {p4['large_stats']['rows']:,} rows",
-            fmt(p4["large"]["c1_p50_ms"], "ms"),
-            f"{p4['slowdown_c1_p50']:.2f}× the small table, median of per-round ratios (goal ≤ 1.2×); 32 pollers: p50 "
-            f"{fmt(p4['large']['c32_p50_ms'], 'ms')}, {fmt(p4['large']['c32_rps'])}/s; "
-            f"table {p4['large_stats']['size']}",
+        scale_row(
+            f"tasks/get p50, 1 poller, {scaled['large_stats']['rows']:,} rows",
+            fmt(scaled["large"]["c1_p50_ms"], "ms"),
+            f"{scaled['slowdown_c1_p50']:.2f}× the small table, median of per-round ratios (goal ≤ 1.2×); "
+            "32 pollers: p50 "
+            f"{fmt(scaled['large']['c32_p50_ms'], 'ms')}, {fmt(scaled['large']['c32_rps'])}/s; "
+            f"table {scaled['large_stats']['size']}",
         )
-        pr = p4["purge_run"]
+        pr = scaled["purge_run"]
         what = (
             f"stopped after {pr['purge_seconds']} s having deleted {pr['deleted']:,} of {pr['expired_before']:,} "
             f"({pr['rows_per_s']:,} rows/s, all of them would take ~{pr['projected_seconds']} s)"
             if pr["capped"]
             else f"{pr['deleted']:,} rows in {pr['purge_seconds']} s ({pr['rows_per_s']:,} rows/s)"
         )
-        p4row(
-            f"P4 slowest poll during the purge of {pr['expired_before']:,} expired rows",
+        scale_row(
+            f"slowest poll during the purge of {pr['expired_before']:,} expired rows",
             fmt(pr["during_max_ms"], "ms"),
             f"purge {what}; {pr['polls_during']} paced polls: p50 {fmt(pr['during_p50_ms'], 'ms')}, "
             f"p99 {fmt(pr['during_p99_ms'], 'ms')}, {pr['during_over_50ms']} over 50 ms (5 s before it: p50 "
@@ -410,7 +478,7 @@ def table(results: dict[str, Any]) -> str:
 
 def defaults_table(results: dict[str, Any]) -> str:
     """bin/run's defaults (``manage.py mcptasks run``) against the peer's
-    single process, measured in the same run (issue 15)."""
+    single process, measured in the same run."""
     names = ["run", "peer1"]
     s = summarize(results, names, peer="peer1")
     head = ["measure", label("run"), label("peer1"), "ratio", "other load (cores)", "note"]
@@ -442,24 +510,24 @@ def plots(results: dict[str, Any], outdir: Path) -> list[Path]:
     made = []
     specs = [
         (
-            "P1-sweep",
+            POLLS_SWEEP,
             "tasks/get per second",
-            "P1: polls per second against concurrent pollers (working tasks)",
-            "bench-p1-polls.png",
+            "polls per second against concurrent pollers (working tasks)",
+            "bench-polls.png",
             "pollers",
         ),
         (
-            "P3-sweep",
+            THROUGHPUT_SWEEP,
             "no-op tasks per second, create→terminal",
-            "P3: tasks per second end to end against concurrent clients (2 worker processes)",
-            "bench-p3-e2e.png",
+            "tasks per second end to end against concurrent clients (2 worker processes)",
+            "bench-throughput.png",
             "clients",
         ),
     ]
     for measure, ylabel, title, fname, xlabel in specs:
         recs = [r for r in results["records"] if r["measure"] in (measure, measure.split("-")[0] + "-sweep")]
-        if measure == "P3-sweep":
-            recs = [r for r in results["records"] if r["measure"] in ("P3", "P3-sweep")]
+        if measure == THROUGHPUT_SWEEP:
+            recs = [r for r in results["records"] if r["measure"] in (THROUGHPUT, THROUGHPUT_SWEEP)]
         if not recs:
             continue
         fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
@@ -507,21 +575,53 @@ def machine_block(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_docs(results: dict[str, Any], doc: Path, plot_paths: list[Path], extra: str = "") -> None:
-    block = [BEGIN, "", machine_block(results), "", table(results)]
-    for p in plot_paths:
-        rel = p.relative_to(doc.parent)
-        block.append(f"![{p.stem}]({rel.as_posix()})")
-        block.append("")
-    if extra:
-        block += [extra, ""]
-    block.append(END)
-    text = doc.read_text() if doc.exists() else "# Performance\n\n"
-    new = "\n".join(block)
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        _, tail = rest.split(END, 1)
-        text = head + new + tail
-    else:
-        text = text.rstrip() + "\n\n" + new + "\n"
-    doc.write_text(text)
+def _plain(value: Any) -> Any:
+    """``value`` as strict JSON: NaN (a figure not measured) becomes null."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def write_data(results: dict[str, Any], path: Path, plot_paths: list[Path], profile: str = "") -> None:
+    """The run's figures as the data file the docs link: what ran and where,
+    each row of the table (values per contender, ratios to the peer, the
+    other load, floors and goals), the scale measure, the goal lines, the
+    table and profile as Markdown, and the plots' paths."""
+    use(results)
+    summary = summarize(results)
+    run_keys = (
+        "started",
+        "elapsed_s",
+        "git",
+        "machine",
+        "versions",
+        "database",
+        "contenders",
+        "peer_web_workers",
+        "mcp_worker_pool",
+        "mcp_worker_threads",
+        "defaults_pair",
+        "gate_wait_s",
+        "loadgen",
+        "pgbench",
+    )
+    data = {
+        "run": {key: results.get(key) for key in run_keys},
+        "config": results["config"],
+        "labels": {n: label(n) for n in results["contenders"]},
+        "rows": summary["rows"],
+        "goals": goal_lines(results, summary),
+        "scale": results.get("scale"),
+        "table_markdown": table(results),
+        "profile_markdown": profile,
+        "plots": [p.relative_to(path.parent.parent).as_posix() for p in plot_paths],
+    }
+    if any(r["contender"] == "run" for r in results["records"]):
+        data["labels"].update({n: label(n) for n in ("run", "peer1")})
+        data["defaults_rows"] = summarize(results, ["run", "peer1"], peer="peer1")["rows"]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(_plain(data), indent=1, default=str, allow_nan=False) + "\n")

@@ -1,4 +1,4 @@
-"""P4: tasks/get with 10k and with 10M rows, and a purge of 1M expired rows
+"""The scale measure: tasks/get with 10k and with 10M rows, and a purge of 1M expired rows
 while polls run. mcptasks only (the peer keeps its tasks in Redis keys with a
 TTL; it has no table to grow).
 
@@ -197,27 +197,27 @@ def _median(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def run(bench: Bench, cfg: Config, workdir: Path, key: str = "uvicorn") -> dict[str, Any]:
-    """Two databases, one of ``p4_small`` rows and one of ``p4_large`` (the
+    """Two databases, one of ``scale_small`` rows and one of ``scale_large`` (the
     small one's rows are the large one's last rows), each behind its own
     server; the two are polled alternately, round by round, and the slowdown
     is the median of the per-round ratios. Then the purge, on the large one."""
-    out: dict[str, Any] = {"config": key, "large": cfg.p4_large, "small": cfg.p4_small, "purge": cfg.p4_purge}
-    small = ScaleDb(bench, cfg.p4_large, cfg.p4_purge, suffix="scale_small")
-    large = ScaleDb(bench, cfg.p4_large, cfg.p4_purge)
+    out: dict[str, Any] = {"config": key, "large": cfg.scale_large, "small": cfg.scale_small, "purge": cfg.scale_purge}
+    small = ScaleDb(bench, cfg.scale_large, cfg.scale_purge, suffix="scale_small")
+    large = ScaleDb(bench, cfg.scale_large, cfg.scale_purge)
     try:
-        small_lo = cfg.p4_large - cfg.p4_small + 1
+        small_lo = cfg.scale_large - cfg.scale_small + 1
         small.create()
-        small.insert(small_lo, cfg.p4_large)
+        small.insert(small_lo, cfg.scale_large)
         large.create()
-        t = large.insert(1, cfg.p4_large)
+        t = large.insert(1, cfg.scale_large)
         out["generate_seconds"] = round(t, 1)
         out["small_stats"] = small.stats()
         out["large_stats"] = large.stats()
-        log(f"P4 generated {out['large_stats']['rows']:,} rows ({out['large_stats']['size']}) in {t:.1f}s")
+        log(f"scale: generated {out['large_stats']['rows']:,} rows ({out['large_stats']['size']}) in {t:.1f}s")
         webs = {"small": bench.start_mcp_web(key, db=small.name), "large": bench.start_mcp_web(key, db=large.name)}
         ids = {
-            "small": small.poll_ids(small_lo, cfg.p4_large, 1000, workdir / "ids-scale-small.txt"),
-            "large": large.poll_ids(1, cfg.p4_large, 10_000, workdir / "ids-scale-large.txt"),
+            "small": small.poll_ids(small_lo, cfg.scale_large, 1000, workdir / "ids-scale-small.txt"),
+            "large": large.poll_ids(1, cfg.scale_large, 10_000, workdir / "ids-scale-large.txt"),
         }
         for which in ("small", "large"):  # warm both
             wrk.run(webs[which].url, "get", ids_file=ids[which], connections=8, duration=3)
@@ -227,7 +227,7 @@ def run(bench: Bench, cfg: Config, workdir: Path, key: str = "uvicorn") -> dict[
             for which in ("small", "large") if r % 2 == 0 else ("large", "small"):
                 rounds[which].append(_latency(bench, webs[which].url, ids[which], cfg.sweep_seconds))
             ratios.append(rounds["large"][-1]["c1_p50_ms"] / rounds["small"][-1]["c1_p50_ms"])
-            log(f"P4 round {r}: small {rounds['small'][-1]}  large {rounds['large'][-1]}")
+            log(f"scale round {r}: small {rounds['small'][-1]}  large {rounds['large'][-1]}")
         out["small"] = _median(rounds["small"])
         out["large"] = _median(rounds["large"])
         out["rounds"] = rounds
@@ -239,7 +239,7 @@ def run(bench: Bench, cfg: Config, workdir: Path, key: str = "uvicorn") -> dict[
 
         out["purge_run"] = purge_while_polling(bench, cfg, webs["large"].url, ids["large"], large)
         out["after_purge_stats"] = large.stats()
-        log(f"P4 purge: {out['purge_run']}")
+        log(f"scale purge: {out['purge_run']}")
         bench.stop_web(next(k for k, v in bench.webs.items() if v is webs["large"]))
     finally:
         small.drop()
@@ -248,10 +248,10 @@ def run(bench: Bench, cfg: Config, workdir: Path, key: str = "uvicorn") -> dict[
 
 
 def purge_while_polling(bench: Bench, cfg: Config, url: str, ids_file: Path, db: ScaleDb) -> dict[str, Any]:
-    """Paced polls (``p4_pollers`` clients, one poll each every
-    ``p4_poll_interval`` s: well below saturation, so a slow poll is the purge's
+    """Paced polls (``scale_pollers`` clients, one poll each every
+    ``scale_poll_interval`` s: well below saturation, so a slow poll is the purge's
     doing and not queueing), 5 s alone, then while ``manage.py mcptasks prune``
-    deletes the expired rows. The purge is stopped after ``p4_purge_cap``
+    deletes the expired rows. The purge is stopped after ``scale_purge_cap``
     seconds (the bench must end); its rate then projects the full time."""
     ids = [x for x in ids_file.read_text().split() if x]
     env = bench.mcp_env(db=db.name)
@@ -260,7 +260,7 @@ def purge_while_polling(bench: Bench, cfg: Config, url: str, ids_file: Path, db:
 
     async def go() -> list[tuple[float, float, int]]:
         stop = asyncio.Event()
-        polls = asyncio.create_task(client.paced_polls(url, ids, cfg.p4_pollers, cfg.p4_poll_interval, stop))
+        polls = asyncio.create_task(client.paced_polls(url, ids, cfg.scale_pollers, cfg.scale_poll_interval, stop))
         await asyncio.sleep(5.0)
         marks["purge_start"] = time.perf_counter()
         proc = await asyncio.create_subprocess_exec(
@@ -272,7 +272,7 @@ def purge_while_polling(bench: Bench, cfg: Config, url: str, ids_file: Path, db:
             start_new_session=True,
         )
         try:
-            stdout, stderr = await asyncio.wait_for(proc.communicate(), timeout=cfg.p4_purge_cap)
+            stdout, stderr = await asyncio.wait_for(proc.communicate(), timeout=cfg.scale_purge_cap)
             marks["capped"] = False
         except TimeoutError:
             proc.terminate()

@@ -28,3 +28,9 @@ _unreachable = {
     "THROTTLE_RATES": {} if _off else {"call": "1000000/s", "update": "1000000/s", "listen": "1000000/s"},
 }
 MCPTASKS = {**MCPTASKS, **{k: v for k, v in _unreachable.items() if k in _known}}
+
+# bench/telemetry.py: telemetry on, exported in memory.
+if os.environ.get("BENCH_OTEL") == "memory":
+    from bench import otel_memory
+
+    otel_memory.install()

@@ -24,7 +24,6 @@ nothing else on the machine is touched; Redis keys are deleted at the end.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import time
 from collections.abc import Callable
@@ -33,16 +32,12 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
+from tests.support import processes
+from tests.support.processes import free_port as free_port
 
 from bench import envs, procs
 
 REPO = envs.REPO
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
@@ -102,10 +97,7 @@ class Services:
 
 def uvicorn_argv(python: Path, app: str, port: int, workers: int | None = None) -> list[str]:
     """Every contender's uvicorn command line: uvloop and httptools, no access log."""
-    argv = [str(python), "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port)]
-    if workers is not None:
-        argv += ["--workers", str(workers)]
-    return [*argv, "--loop", "uvloop", "--http", "httptools", "--log-level", "warning", "--no-access-log"]
+    return processes.uvicorn_argv(port, app, python=python, workers=workers or 1, production_loop=True)
 
 
 def manage_argv(*args: str) -> list[str]:
@@ -143,7 +135,7 @@ MCP_WEB = {
 PEER_LABEL = "fastmcp-tasks · uvicorn ×2"
 PEER_APP = "bench.peer_server:app"
 
-# bin/run's defaults (issue 15): ``manage.py mcptasks run``, one uvicorn
+# bin/run's defaults: ``manage.py mcptasks run``, one uvicorn
 # process with its own Celery worker (prefork, 4 children) and beat, beside
 # the peer's single process (one uvicorn process running its Docket worker).
 RUN_LABEL = "mcptasks · `mcptasks run` defaults"
@@ -162,8 +154,12 @@ class Web:
     #: ``mcptasks run``: the web is the process itself, its children (the
     #: Celery worker and beat) are workers.
     runs_own_workers: bool = False
-    #: Processes that execute tasks for this contender (P3 per process).
+    #: Processes that execute tasks for this contender (throughput per process).
     executing_processes: int = 0
+    #: Worker processes of this contender alone (the durable peer); empty: the bench's shared ones.
+    workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    #: A Redis server of this contender alone (the durable peer), its CPU group.
+    redis_server: subprocess.Popen[bytes] | None = None
 
     def pids(self) -> list[int]:
         return [self.proc.pid]
@@ -227,11 +223,11 @@ class Bench:
         env.update(extra)
         return env
 
-    def peer_env(self, docket: str | None = None) -> dict[str, str]:
+    def peer_env(self, docket: str | None = None, redis_url: str | None = None) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("MCP_", "FASTMCP_"))}
         env.update(
             {
-                "FASTMCP_DOCKET_URL": self.services.redis_url,
+                "FASTMCP_DOCKET_URL": redis_url or self.services.redis_url,
                 "FASTMCP_DOCKET_NAME": docket or self.docket,
                 "BENCH_POLL_INTERVAL_MS": str(self.poll_interval_ms),
                 "FASTMCP_LOG_LEVEL": "WARNING",
@@ -249,7 +245,7 @@ class Bench:
 
     def make_token(self) -> str:
         """A user and its DRF token in the bench database: real clients send a
-        bearer token, so P1 also polls with one."""
+        bearer token, so the polls measure also polls with one."""
         code = (
             "from django.contrib.auth import get_user_model; from rest_framework.authtoken.models import Token; "
             "u, _ = get_user_model().objects.get_or_create(username='bench-client'); "
@@ -416,18 +412,20 @@ class Bench:
                 "postgres": lambda: procs.postgres_backends(name),
                 "redis": procs.redis_servers,
             }
-        pw = [p.pid for p in self.peer_workers]
+        pw = [p.pid for p in web.workers or self.peer_workers]
+        server = web.redis_server
         return {
             "web": lambda: procs.tree(web.pids()),
             "workers": lambda: procs.tree(pw),
             "postgres": lambda: [],
-            "redis": procs.redis_servers,
+            "redis": (lambda: procs.tree([server.pid])) if server is not None else procs.redis_servers,
         }
 
     def all_groups(self) -> dict[str, Callable[[], list]]:
         pids = [w.proc.pid for w in self.webs.values()]
         pids += [p.pid for p in [self.mcp_workers, *self.mcp_more_workers] if p is not None]
         pids += [p.pid for p in self.peer_workers]
+        pids += [p.pid for w in self.webs.values() for p in (*w.workers, w.redis_server) if p is not None]
         db = self.db
         return {"stack": lambda: procs.tree(pids), "postgres": lambda: procs.postgres_backends(db)}
 

@@ -1,8 +1,8 @@
 """The bench suite: mcptasks against fastmcp-tasks, side by side, in one run.
 
 Started by ``python3 -m bench`` (which prepares the virtualenvs); runs inside
-bench/.venvs/app. Options: ``--quick``, ``--skip P4,profile,...``,
-``--write-docs`` / ``--no-docs``.
+bench/.venvs/app. Options: ``--quick``, ``--skip scale,profile,...``,
+``--write-data`` / ``--no-data``.
 """
 
 from __future__ import annotations
@@ -20,13 +20,14 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from bench import celery_floor, envs, measures, procs, profiling, report, scale
+from bench import celery_floor, durable_peer, envs, measures, procs, profiling, report, scale
 from bench.measures import Config, log
 from bench.stacks import Bench, Services
 
 REPO = envs.REPO
 RESULTS = REPO / "bench" / "results"
-DOC = REPO / "docs" / "performance.md"
+#: The figures of a full run, which docs/performance.md links.
+DATA = REPO / "docs" / "data" / "bench.json"
 IMG = REPO / "docs" / "img"
 
 
@@ -103,7 +104,12 @@ def database_settings(bench: Bench) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(prog="python3 -m bench", description=__doc__)
     ap.add_argument("--quick", action="store_true", help="a short pass (a few minutes)")
-    ap.add_argument("--skip", default="", help="comma list of: P1,P2,P3,floor3,P4,sweeps,profile,pgbench")
+    ap.add_argument(
+        "--skip",
+        default="",
+        help="comma list of: polls,call-latency,throughput,throughput-durable-peer,celery-floor,scale,"
+        "sweeps,profile,pgbench",
+    )
     ap.add_argument("--mcptasks", default="uvicorn,gunicorn", help="mcptasks web configurations to run")
     ap.add_argument("--peer-web-workers", type=int, default=2)
     ap.add_argument(
@@ -118,12 +124,16 @@ def main() -> None:
         action="store_true",
         help="skip bin/run's defaults (`manage.py mcptasks run`) against the peer's single process",
     )
-    ap.add_argument("--p4-rows", type=int, help="rows of P4's large table (default 10M, quick 300k)")
-    ap.add_argument("--p4-purge", type=int, help="expired rows among them (default 1M, quick 50k)")
-    docs = ap.add_mutually_exclusive_group()
-    docs.add_argument("--write-docs", action="store_true", help="update docs/performance.md (default for full runs)")
-    docs.add_argument("--no-docs", action="store_true")
-    ap.add_argument("--report-only", metavar="DIR", help="rebuild the table (and docs) from DIR/results.json")
+    ap.add_argument("--scale-rows", type=int, help="rows of the scale measure's large table (default 10M, quick 100k)")
+    ap.add_argument("--scale-purge", type=int, help="expired rows among them (default 1M, quick 20k)")
+    data = ap.add_mutually_exclusive_group()
+    data.add_argument(
+        "--write-data",
+        action="store_true",
+        help="write the figures to docs/data/bench.json and the plots to docs/img/ (default for full runs)",
+    )
+    data.add_argument("--no-data", action="store_true")
+    ap.add_argument("--report-only", metavar="DIR", help="rebuild the table (and data file) from DIR/results.json")
     ap.add_argument("--profile-from", metavar="DIR", help="with --report-only: take the profiles from DIR's run")
     args = ap.parse_args()
     # Stop cleanly (servers, databases, Redis keys) on Ctrl-C and on SIGTERM,
@@ -131,15 +141,15 @@ def main() -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _interrupt)
     if args.report_only:
-        report_only(Path(args.report_only), write_docs=args.write_docs, profile_from=args.profile_from)
+        report_only(Path(args.report_only), write_data=args.write_data, profile_from=args.profile_from)
         return
     skip = {s.strip().lower() for s in args.skip.split(",") if s.strip()}
     cfg = Config.quick_mode() if args.quick else Config()
-    write_docs = args.write_docs or (not args.quick and not args.no_docs)
-    if args.p4_rows:
-        cfg.p4_large = args.p4_rows
-    if args.p4_purge:
-        cfg.p4_purge = args.p4_purge
+    write_data = args.write_data or (not args.quick and not args.no_data)
+    if args.scale_rows:
+        cfg.scale_large = args.scale_rows
+    if args.scale_purge:
+        cfg.scale_purge = args.scale_purge
 
     stamp = time.strftime("%Y%m%d-%H%M%S")
     workdir = RESULTS / stamp
@@ -197,16 +207,16 @@ def main() -> None:
         results["loadgen"] = measures.loadgen_check(bench, cfg, bench.logs)
         log(f"load generator check: {results['loadgen']}")
 
-        seeds = measures.seed(bench, [mcp_names[0], "peer", *pair[1:]], cfg.p1_tasks, workdir)
+        seeds = measures.seed(bench, [mcp_names[0], "peer", *pair[1:]], cfg.polls_tasks, workdir)
         measures.share_seeds(seeds, [*mcp_names, *pair[:1]], mcp_names[0])
-        log(f"seeded {cfg.p1_tasks} working and {cfg.p1_tasks} completed tasks on each side")
+        log(f"seeded {cfg.polls_tasks} working and {cfg.polls_tasks} completed tasks on each side")
 
-        if "p1" not in skip:
-            results["records"] += measures.p1(bench, cfg, contenders, seeds)
+        if measures.POLLS not in skip:
+            results["records"] += measures.polls(bench, cfg, contenders, seeds)
             if pair:
-                results["records"] += measures.p1(bench, cfg, pair, seeds, floors=False)
+                results["records"] += measures.polls(bench, cfg, pair, seeds, floors=False)
             if "sweeps" not in skip:
-                results["records"] += measures.p1_sweep(bench, cfg, contenders, seeds)
+                results["records"] += measures.polls_sweep(bench, cfg, contenders, seeds)
 
         if "profile" not in skip and not cfg.quick:
             try:  # the polls, while the seeded tasks still work
@@ -218,22 +228,24 @@ def main() -> None:
             measures.cancel_seeded(bench, name, seeds[name]["working"])
         log(f"cancelled the seeded sleep tasks; quiet after {bench.wait_quiet():.1f}s")
 
-        if "p2" not in skip:
-            results["records"] += measures.p2(bench, cfg, contenders)
+        if measures.CALL_LATENCY not in skip:
+            results["records"] += measures.call_latency(bench, cfg, contenders)
             if pair:
-                results["records"] += measures.p2(bench, cfg, pair)
+                results["records"] += measures.call_latency(bench, cfg, pair)
         floor = celery_floor.hook(bench, cfg) if celery_floor.MEASURE not in skip else None
-        if "p3" not in skip:
-            results["records"] += measures.p3(bench, cfg, contenders, 32, cfg.rounds, after_peer=floor)
+        if measures.THROUGHPUT not in skip:
+            results["records"] += measures.throughput(bench, cfg, contenders, 32, cfg.rounds, after_peer=floor)
             if pair:
-                results["records"] += measures.p3(bench, cfg, pair, 32, cfg.rounds)
+                results["records"] += measures.throughput(bench, cfg, pair, 32, cfg.rounds)
             if "sweeps" not in skip:
-                for conc in (c for c in cfg.p3_sweep if c != 32):
-                    results["records"] += measures.p3(
-                        bench, cfg, contenders, conc, 1, variant="P3-sweep", seconds=cfg.sweep_seconds
+                for conc in (c for c in cfg.throughput_sweep_clients if c != 32):
+                    results["records"] += measures.throughput(
+                        bench, cfg, contenders, conc, 1, variant=measures.THROUGHPUT_SWEEP, seconds=cfg.sweep_seconds
                     )
         elif floor is not None:
             results["records"] += celery_floor.rounds(bench, cfg)
+        if durable_peer.MEASURE.lower() not in skip:
+            results["records"] += durable_peer.run(bench, cfg, mcp_names[0], args.peer_web_workers)
         if "profile" not in skip and not cfg.quick:
             try:
                 results.setdefault("profile", {}).update(profiling.run(bench, workdir, mcp_names, seeds, "rest"))
@@ -244,13 +256,13 @@ def main() -> None:
             log(f"in-process costs: {json.dumps(results['inprocess'])[:600]}")
 
         bench.shutdown(keep_db=False)
-        if "p4" not in skip:
+        if "scale" not in skip:
             bench.logs.mkdir(parents=True, exist_ok=True)
             try:
-                results["p4"] = scale.run(bench, cfg, workdir, key=mcp_names[0])
-            except Exception as exc:  # report what was measured, and why P4 is missing
-                log(f"P4 failed: {exc!r}")
-                results["p4_error"] = repr(exc)
+                results["scale"] = scale.run(bench, cfg, workdir, key=mcp_names[0])
+            except Exception as exc:  # report what was measured, and why scale is missing
+                log(f"scale failed: {exc!r}")
+                results["scale_error"] = repr(exc)
     except KeyboardInterrupt:
         log("interrupted")
         raise
@@ -263,7 +275,7 @@ def main() -> None:
 
     text = report.table(results)
     (workdir / "table.md").write_text(text)
-    plot_dir = IMG if write_docs else workdir
+    plot_dir = IMG if write_data else workdir
     made = report.plots(results, plot_dir)
     print()
     print(report.machine_block(results))
@@ -271,9 +283,9 @@ def main() -> None:
     print(text)
     if results.get("profile"):
         print(profile_text(results))
-    if write_docs:
-        report.write_docs(results, DOC, made, profile_text(results) if results.get("profile") else "")
-        log(f"wrote {DOC.relative_to(REPO)} and {', '.join(str(p.relative_to(REPO)) for p in made)}")
+    if write_data:
+        report.write_data(results, DATA, made, profile_text(results) if results.get("profile") else "")
+        log(f"wrote {DATA.relative_to(REPO)} and {', '.join(str(p.relative_to(REPO)) for p in made)}")
     log(f"done in {results['elapsed_s'] / 60:.1f} min; raw results: {(workdir / 'results.json').relative_to(REPO)}")
 
 
@@ -281,8 +293,8 @@ def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def report_only(workdir: Path, write_docs: bool, profile_from: str | None = None) -> None:
-    results = json.loads((workdir / "results.json").read_text())
+def report_only(workdir: Path, write_data: bool, profile_from: str | None = None) -> None:
+    results = report.current_names(json.loads((workdir / "results.json").read_text()))
     if profile_from:
         other = json.loads((Path(profile_from) / "results.json").read_text())
         results["profile"] = other.get("profile", {})
@@ -290,14 +302,14 @@ def report_only(workdir: Path, write_docs: bool, profile_from: str | None = None
         results["profile_run"] = f"{other['started']}, commit `{other['git']}`"
     text = report.table(results)
     (workdir / "table.md").write_text(text)
-    made = report.plots(results, IMG if write_docs else workdir)
+    made = report.plots(results, IMG if write_data else workdir)
     print(report.machine_block(results))
     print()
     print(text)
     if results.get("profile"):
         print(profile_text(results))
-    if write_docs:
-        report.write_docs(results, DOC, made, profile_text(results) if results.get("profile") else "")
+    if write_data:
+        report.write_data(results, DATA, made, profile_text(results) if results.get("profile") else "")
 
 
 def profile_text(results: dict[str, Any]) -> str:

@@ -25,12 +25,13 @@ from django.core.paginator import Paginator
 from django.db import connections
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
-from django.urls import reverse
+from django.urls import URLPattern, reverse
 from django.utils import timezone
 from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
 from django.utils.http import url_has_allowed_host_and_scheme
 
+from .admin_overview import overview_urls
 from .models import ACTIVE_STATUSES, TERMINAL_STATUSES, InputRequest, Task, TaskEvent
 from .tasks import lifecycle, sql
 from .tools.registry import registry
@@ -228,7 +229,20 @@ class TaskAdmin(admin.ModelAdmin):
     inlines = (InputRequestInline, TaskEventInline)
     fieldsets = (
         (None, {"fields": ("id", "tool_name", "status_badge", "status_message", "owner", "era")}),
-        ("Times", {"fields": ("created_at", "updated_at", "expires_at", "ttl_ms", "poll_interval_ms")}),
+        (
+            "Times",
+            {
+                "fields": (
+                    "created_at",
+                    "started_at",
+                    "finished_at",
+                    "updated_at",
+                    "expires_at",
+                    "ttl_ms",
+                    "poll_interval_ms",
+                )
+            },
+        ),
         ("Call", {"fields": ("arguments_json", "client_capabilities_json")}),
         ("Outcome", {"fields": ("result_json", "error_json")}),
         (
@@ -270,6 +284,10 @@ class TaskAdmin(admin.ModelAdmin):
 
     def has_retry_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("mcptasks.retry_task")
+
+    def get_urls(self) -> list[URLPattern]:
+        # Before the change view's catch-all pattern.
+        return overview_urls(self) + super().get_urls()
 
     # The change list -------------------------------------------------------------------
 

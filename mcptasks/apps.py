@@ -12,12 +12,16 @@ class MCPTasksConfig(AppConfig):
 
         from . import checks  # noqa: F401  (registers the system checks)
         from .conf import settings
-        from .worker import brokers, dispatch, jobs  # noqa: F401  (jobs registers the Celery tasks)
+        from .telemetry import metrics as telemetry_metrics
+        from .worker import brokers, dispatch, jobs, queue_depth  # noqa: F401  (jobs registers the Celery tasks)
 
         # A worker on a Redis broker must survive a broker outage (see brokers.py).
         brokers.connect()
         # Runs leave the domain through its dispatch seam: Celery fills it.
         dispatch.connect()
+        # The gauges (native telemetry): the tasks table's, and the run queue's depth.
+        telemetry_metrics.connect()
+        queue_depth.connect()
 
         # Tools live in a module of any installed app, found like admin.py.
         autodiscover_modules(settings.TOOLS_MODULE)

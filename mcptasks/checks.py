@@ -25,6 +25,7 @@ E021    ``RESOURCE_URL`` is not an absolute http(s) URL
 W020    ``SCOPES`` set without ``AUTHORIZATION_SERVERS``: nobody is told where to sign in
 W021    no protected resource metadata is routed for the endpoint
 W022    a same-site authorization server whose RFC 8414 metadata is not routed
+E030    ``TELEMETRY`` is not ``"off"``, ``"propagation"`` or ``"native"``
 ======  ==========================================================================
 """
 
@@ -331,3 +332,22 @@ def check_authorization(app_configs: Any = None, **kwargs: Any) -> list[Any]:
                         )
                     )
     return found
+
+
+@register(TAG)
+def check_telemetry(app_configs: Any = None, **kwargs: Any) -> list[Any]:
+    from .telemetry import MODES
+
+    try:
+        mode = _mcp_settings().TELEMETRY
+    except (TypeError, ValueError):
+        return []  # reported by E000
+    if mode in MODES:
+        return []
+    return [
+        Error(
+            f"MCPTASKS TELEMETRY is {mode!r}.",
+            hint=f"Use one of {', '.join(repr(m) for m in MODES)} (docs/observability.md).",
+            id="mcptasks.E030",
+        )
+    ]

@@ -98,6 +98,11 @@ class MCPTasksSettings:
     #: The Django cache that holds throttle counters (share it between
     #: processes, e.g. Redis, for exact limits).
     THROTTLE_CACHE: str = "default"
+    #: Throttles count in each process and sync with ``THROTTLE_CACHE`` every
+    #: this many milliseconds: exact per process, and across N processes at
+    #: most two intervals late (docs/reliability.md). 0 counts every request
+    #: in the cache itself (exact across processes, a round trip each).
+    THROTTLE_SYNC_MS: int = 100
     #: Threads per web process for the endpoint's database work (each keeps
     #: one database connection).
     WEB_THREADS: int = 8
@@ -108,6 +113,12 @@ class MCPTasksSettings:
     #: Turn off behind a pooler that cannot keep them (PgBouncer in
     #: transaction mode before 1.21, or without ``max_prepared_statements``).
     PREPARE_STATEMENTS: bool = True
+    #: Answer polls of unchanged tasks from a per-process snapshot kept true
+    #: by Postgres LISTEN/NOTIFY (``mcptasks.tasks.poll_snapshot``), without a
+    #: database read. ``False``: every poll reads the database. Postgres only.
+    POLL_SNAPSHOT: bool = True
+    #: The most tasks a web process keeps in that snapshot.
+    POLL_SNAPSHOT_TASKS: int = 10_000
     #: Threads per web process for tools that run inline (within tools/call).
     INLINE_TOOL_THREADS: int = 32
     #: Celery queue for tool runs.
@@ -134,6 +145,20 @@ class MCPTasksSettings:
     SCOPE_HIERARCHY: dict[str, tuple[str, ...]] = field(default_factory=dict)
     #: ``resource_name`` in the protected resource metadata.
     RESOURCE_NAME: str | None = None
+    # OpenTelemetry (see mcptasks.telemetry and docs/observability.md).
+    #: ``"native"``: spans and metrics through the OpenTelemetry API (a no-op
+    #: until the site installs an SDK); ``"propagation"``: no spans or
+    #: metrics of ours, but the client's trace context reaches the task's
+    #: runs; ``"off"``: nothing.
+    TELEMETRY: str = "native"
+    #: Start each run's span in a trace of its own, linked to the request that
+    #: created the task, instead of as that request's child.
+    TELEMETRY_RUN_LINKS: bool = False
+    #: Report the gauges (tasks working, tasks waiting for input, queue depth)
+    #: from this process. Each reading costs a query or a broker round trip.
+    TELEMETRY_GAUGES: bool = True
+    #: A bearer token that may read the Prometheus scrape view besides staff.
+    METRICS_TOKEN: str | None = None
 
     @classmethod
     def from_django(cls) -> MCPTasksSettings:

@@ -104,6 +104,19 @@ class Task(models.Model):
     #: First read of a finished task's outcome (the retrieval audit): on the
     #: row, so a poll of a finished task needs no second query.
     outcome_read_at = models.DateTimeField(null=True, blank=True)
+    #: When a worker first claimed a run (later runs after input rounds or a
+    #: lost worker keep it): the end of the task's queue wait.
+    started_at = models.DateTimeField(null=True, blank=True)
+    #: When the task reached its terminal status (set by the same write).
+    finished_at = models.DateTimeField(null=True, blank=True)
+    # Set once a web process's poll snapshot may keep the task: from then on
+    # every change of what a poll reads is announced (migration 0010's trigger).
+    # The database default too: raw INSERTs that leave the column out stay valid.
+    snapshot_watched = models.BooleanField(default=False, db_default=False, editable=False)
+    #: The creating request's W3C trace context (``traceparent``,
+    #: ``tracestate``): on the row, so a run redelivered after a worker died
+    #: still joins the trace. Null when there was none (or telemetry is off).
+    trace_context = models.JSONField(null=True, blank=True)
 
     objects = TaskManager()
 
@@ -139,6 +152,9 @@ class Task(models.Model):
             models.Index(fields=["tool_name", "-created_at"], name="mcptasks_tool_created"),
             # The admin's change list: all tasks, newest first.
             models.Index(fields=["-created_at", "id"], name="mcptasks_created"),
+            # The admin's overview: tasks that finished in a recent window. Only
+            # finished rows have an entry, so running tasks' updates skip it.
+            models.Index(fields=["finished_at"], name="mcptasks_finished", condition=Q(finished_at__isnull=False)),
             # The admin's era filter: legacy tasks are the few, so index only them.
             models.Index(fields=["-created_at", "id"], name="mcptasks_legacy_created", condition=Q(era="2025-11-25")),
         ]

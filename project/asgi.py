@@ -11,7 +11,10 @@ import os
 
 from django.core.asgi import get_asgi_application
 
+from project import telemetry
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
+telemetry.configure()  # OTLP export when OTEL_EXPORTER_OTLP_ENDPOINT is set
 
 django_application = get_asgi_application()
 

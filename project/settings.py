@@ -9,11 +9,13 @@ to use them:
     REDIS_URL=redis://127.0.0.1:6379/1        # channel layer
 """
 
+from datetime import timedelta
 from pathlib import Path
 
 import environ
 
 from mcptasks.worker.beat import BEAT_SCHEDULE
+from project.secret_key import DEVELOPMENT_KEY, KEY_FILE, read_key
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
@@ -22,7 +24,9 @@ env = environ.Env()
 environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
 
 DEBUG = env.bool("DEBUG", default=False)
-SECRET_KEY = env("SECRET_KEY", default="insecure-example-key-change-me-for-anything-real")
+# SECRET_KEY from the environment, else the one bin/run keeps in var/ (see
+# project/secret_key.py), else a public development key.
+SECRET_KEY = env("SECRET_KEY", default="") or read_key(KEY_FILE) or DEVELOPMENT_KEY
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]", "testserver"])
 
 INSTALLED_APPS = [
@@ -35,7 +39,9 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "oauth2_provider",
+    "axes",
     "mcptasks",
+    "mcptasks.oauth",
     "project.demo",
 ]
 
@@ -47,6 +53,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "project.urls"
@@ -167,11 +174,16 @@ MCPTASKS = {
     "CELERY_QUEUE": env("MCP_CELERY_QUEUE", default=None),
     "WEB_THREADS": env.int("MCP_WEB_THREADS", default=8),
     "POLL_CONNECTIONS": env.int("MCP_POLL_CONNECTIONS", default=4),
+    "POLL_SNAPSHOT": env.bool("MCP_POLL_SNAPSHOT", default=True),
     "PRUNE_PAUSE_SECONDS": env.float("MCP_PRUNE_PAUSE_SECONDS", default=0.02),
     # Abuse limits; "0" turns the poll throttle off (benchmarks do).
     "POLL_BURST": env.int("MCP_POLL_BURST", default=10) or None,
     "MAX_ACTIVE_TASKS_PER_OWNER": env.int("MCP_MAX_ACTIVE_TASKS", default=1000) or None,
     "THROTTLE_CACHE": "throttle" if REDIS_URL else "default",
+    # OpenTelemetry: "native", "propagation" or "off" (project/telemetry.py
+    # exports when OTEL_EXPORTER_OTLP_ENDPOINT is set).
+    "TELEMETRY": env("MCP_TELEMETRY", default="native"),
+    "METRICS_TOKEN": env("MCP_METRICS_TOKEN", default=None),
 }
 
 # The embedded default is a single-process development setup by design: its
@@ -209,8 +221,30 @@ OAUTH2_PROVIDER = {
     "DCR_ENABLED": True,
     "DCR_REGISTRATION_PERMISSION_CLASSES": ("mcptasks.oauth.registration.MCPClientRegistrationPermission",),
     "CIMD_ENABLED": True,
+    # One deadline over each whole document fetch, and the registration rules
+    # for the documents; tokens of deactivated users refused.
+    "CIMD_METADATA_FETCHER": "mcptasks.oauth.cimd.MCPClientMetadataFetcher",
+    "OAUTH2_VALIDATOR_CLASS": "mcptasks.oauth.validators.ActiveUserOAuth2Validator",
 }
 LOGIN_URL = "/accounts/login/"
+# RFC 7662 introspection, for the client ids of resource servers elsewhere
+# that check this site's tokens (confidential clients made in the admin).
+# Unset, /o/introspect/ is not mounted: /mcp checks tokens in the database.
+OAUTH_INTROSPECTION_CLIENTS = env.list("OAUTH_INTROSPECTION_CLIENTS", default=[])
+
+# django-axes: failed sign-ins (the login page, the admin's, and the token
+# endpoint's wrong client secrets, codes and refresh tokens, see
+# project/oauth_server.py) counted per client address and per account; past
+# SIGN_IN_FAILURE_LIMIT either is refused with 429 for SIGN_IN_COOLOFF_SECONDS.
+# The address is the connection's (mcptasks run believes a proxy's
+# X-Forwarded-For only when told to trust it).
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+AXES_FAILURE_LIMIT = env.int("SIGN_IN_FAILURE_LIMIT", default=10)
+AXES_COOLOFF_TIME = timedelta(seconds=env.int("SIGN_IN_COOLOFF_SECONDS", default=900))
+AXES_LOCKOUT_PARAMETERS = ["ip_address", "username"]
+AXES_RESET_ON_SUCCESS = True
+AXES_IPWARE_META_PRECEDENCE_ORDER = ["REMOTE_ADDR"]
+AXES_COOLOFF_MESSAGE = "Too many failed sign-in attempts from this address or for this account: try again later."
 
 LOGGING = {
     "version": 1,

@@ -59,10 +59,17 @@ def pytest_unconfigure(config: pytest.Config) -> None:
                 os.remove(f"{test_name}{suffix}")
 
 
+#: Fixtures that connect to Redis: a test that uses one carries the ``redis`` marker.
+REDIS_FIXTURES = frozenset({"redis_poll_throttle", "redis_throttle", "broker"})
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """On SQLite, skip the tests that need Postgres, saying why."""
+    """On SQLite, skip the tests that need Postgres, saying why; mark the
+    tests whose fixtures talk to Redis."""
     on_postgres = database_vendor() == "postgresql"
     for item in items:
+        if REDIS_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.redis)
         mark = item.get_closest_marker("postgres_only")
         if mark is None:
             continue

@@ -1,4 +1,4 @@
-"""Settings for the test process: the example site's, on Postgres or SQLite.
+"""Settings for the test process: the test site's (tests/testapp/), on Postgres or SQLite.
 
 ``DATABASE_URL`` defaults to the local Postgres; set it in the environment to
 use another server. pytest-django creates ``test_<name>_<pid>`` on it (one per
@@ -10,7 +10,7 @@ SQLite pass of bin/test). The test database is then a file,
 ``test_mcptasks_<pid>.sqlite3`` in the temporary directory, not an in-memory
 one: the endpoint does its database work on its own threads, and an
 in-memory database is private to the connection that opened it. The example
-site's SQLite options (WAL, busy timeout, IMMEDIATE transactions) apply.
+test site's SQLite options (WAL, busy timeout, IMMEDIATE transactions) apply.
 Tests marked ``postgres_only`` are skipped there (tests/conftest.py).
 
 Code under test that enqueues a run publishes it to
@@ -23,8 +23,8 @@ import tempfile
 
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/mcptasks")
 
-from project.settings import *  # noqa: F403
-from project.settings import DATABASES, MCPTASKS
+from tests.testapp.settings import *  # noqa: F403
+from tests.testapp.settings import DATABASES, MCPTASKS
 
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"].setdefault("TEST", {})["NAME"] = os.path.join(

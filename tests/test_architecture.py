@@ -88,6 +88,14 @@ def test_the_domain_imports_no_http(layer):
             assert not name.startswith(("django.http", "django.views", "django.urls")), f"{path.name}: {name}"
 
 
+def test_only_the_opentelemetry_api_is_imported():
+    """The SDK and the exporters are the site's choice: the app speaks the API."""
+    for path in _modules():
+        for name in _imported_names(path):
+            assert not name.startswith(("opentelemetry.sdk", "opentelemetry.exporter")), f"{path.name}: {name}"
+    assert any(name.startswith("opentelemetry") for name in _imported_names(PACKAGE / "telemetry" / "requests.py"))
+
+
 def test_the_protocol_layer_builds_no_http_response():
     """Handlers of both eras describe their answer (``protocol.replies``); the
     web layer alone renders it as HTTP."""

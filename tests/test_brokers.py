@@ -1,7 +1,7 @@
 """The Redis broker hardening (``mcptasks.worker.brokers``), on a real Redis.
 
 The live case, a broker outage under load with every worker consuming again
-afterwards, is R2 (``tests/reliability/test_r2_broker.py``).
+afterwards, is R2 (``tests/reliability/test_live_r2_broker.py``).
 """
 
 from __future__ import annotations

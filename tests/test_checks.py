@@ -163,6 +163,8 @@ def test_unimportable_authentication_class(sound):
         ({"PRUNE_PAUSE_SECONDS": 0}, []),
         ({"POLL_INTERVAL_MS": 0}, ["mcptasks.E006"]),
         ({"DISPATCH_GRACE_SECONDS": -1}, ["mcptasks.E006"]),
+        ({"TELEMETRY": "verbose"}, ["mcptasks.E030"]),
+        ({"TELEMETRY": "propagation"}, []),
     ],
 )
 def test_timing_settings(sound, values, expected):

@@ -1,9 +1,10 @@
 """How ``manage.py mcptasks run`` finds the site's ASGI application, its
 Celery app and beat's schedule file (mcptasks.worker.discovery, mcptasks.worker.runner).
 
-The example site (``project``) is the site under discovery here: it has the
-``asgi.py`` startproject makes and the ``celery.py`` + ``__init__.py`` import
-of Celery's "First steps with Django". ``tests`` is a package with neither.
+The test site (``tests.testapp``) is the site under discovery here: it has
+the ``asgi.py`` startproject makes and the ``celery.py`` + ``__init__.py``
+import of Celery's "First steps with Django". ``tests`` is a package with
+neither.
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.test import override_settings
 
-import project
-import project.asgi
-import project.celery
+import tests
+import tests.testapp
+import tests.testapp.asgi
+import tests.testapp.celery
 from mcptasks.worker.discovery import find_asgi_application, find_celery_app, settings_packages, split_object_path
 from mcptasks.worker.runner import beat_schedule_file, broker_is_in_process, child_environment
 
@@ -35,34 +37,36 @@ def no_environment_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
 # ASGI ----------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", ["project.asgi:application", "project.asgi.application"])
+@pytest.mark.parametrize("path", ["tests.testapp.asgi:application", "tests.testapp.asgi.application"])
 def test_the_asgi_flag_takes_both_spellings(path: str):
     found = find_asgi_application(path)
-    assert found.name == "project.asgi:application"
+    assert found.name == "tests.testapp.asgi:application"
     assert found.source == "--asgi"
-    assert found.obj is project.asgi.application
+    assert found.obj is tests.testapp.asgi.application
 
 
 def test_the_environment_variable_comes_before_the_settings(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setenv("ASGI_APPLICATION_PATH", "project.asgi:django_application")
+    monkeypatch.setenv("ASGI_APPLICATION_PATH", "tests.testapp.asgi:django_application")
     found = find_asgi_application()
-    assert (found.name, found.source) == ("project.asgi:django_application", "ASGI_APPLICATION_PATH")
-    assert found.obj is project.asgi.django_application
+    assert (found.name, found.source) == ("tests.testapp.asgi:django_application", "ASGI_APPLICATION_PATH")
+    assert found.obj is tests.testapp.asgi.django_application
 
 
-@override_settings(ASGI_APPLICATION="project.asgi.django_application", WSGI_APPLICATION="nowhere.wsgi.application")
+@override_settings(
+    ASGI_APPLICATION="tests.testapp.asgi.django_application", WSGI_APPLICATION="nowhere.wsgi.application"
+)
 def test_settings_asgi_application_is_used_when_set():
     found = find_asgi_application()
-    assert (found.name, found.source) == ("project.asgi:django_application", "settings.ASGI_APPLICATION")
-    assert found.obj is project.asgi.django_application
+    assert (found.name, found.source) == ("tests.testapp.asgi:django_application", "settings.ASGI_APPLICATION")
+    assert found.obj is tests.testapp.asgi.django_application
 
 
-@override_settings(ASGI_APPLICATION=None, WSGI_APPLICATION="project.wsgi.application")
+@override_settings(ASGI_APPLICATION=None, WSGI_APPLICATION="tests.testapp.wsgi.application")
 def test_without_asgi_application_the_asgi_module_beside_wsgi_is_used():
     found = find_asgi_application()
-    assert found.name == "project.asgi:application"
-    assert found.source == "the asgi module beside WSGI_APPLICATION (project.wsgi.application)"
-    assert found.obj is project.asgi.application
+    assert found.name == "tests.testapp.asgi:application"
+    assert found.source == "the asgi module beside WSGI_APPLICATION (tests.testapp.wsgi.application)"
+    assert found.obj is tests.testapp.asgi.application
 
 
 @override_settings(ASGI_APPLICATION=None, WSGI_APPLICATION="tests.wsgi.application", SETTINGS_MODULE="tests.settings")
@@ -82,17 +86,17 @@ def test_neither_setting_says_what_to_set():
         find_asgi_application()
 
 
-@override_settings(ASGI_APPLICATION="project.nothere.application")
+@override_settings(ASGI_APPLICATION="tests.testapp.nothere.application")
 def test_a_named_application_that_does_not_import_is_an_error_not_a_fallback():
     with pytest.raises(CommandError) as info:
         find_asgi_application()
-    assert "settings.ASGI_APPLICATION names 'project.nothere.application'" in str(info.value)
-    assert "'project.nothere' cannot be imported" in str(info.value)
+    assert "settings.ASGI_APPLICATION names 'tests.testapp.nothere.application'" in str(info.value)
+    assert "'tests.testapp.nothere' cannot be imported" in str(info.value)
 
 
 def test_a_module_without_that_attribute_is_an_error():
-    with pytest.raises(CommandError, match=re.escape("'project.asgi' has no ASGI application 'missing'")):
-        find_asgi_application("project.asgi:missing")
+    with pytest.raises(CommandError, match=re.escape("'tests.testapp.asgi' has no ASGI application 'missing'")):
+        find_asgi_application("tests.testapp.asgi:missing")
 
 
 def test_a_path_without_a_dot_is_an_error():
@@ -105,40 +109,40 @@ def test_a_path_without_a_dot_is_an_error():
 # Celery --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["project", "project.celery", "project.celery:app"])
+@pytest.mark.parametrize("name", ["tests.testapp", "tests.testapp.celery", "tests.testapp.celery:app"])
 def test_the_celery_flag_takes_what_celery_a_takes(name: str):
     found = find_celery_app(name)
     assert (found.name, found.source) == (name, "--celery-app")
-    assert found.obj is project.celery.app
+    assert found.obj is tests.testapp.celery.app
 
 
 def test_the_celery_environment_variable(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setenv("MCPTASKS_CELERY_APP", "project.celery:app")
+    monkeypatch.setenv("MCPTASKS_CELERY_APP", "tests.testapp.celery:app")
     found = find_celery_app()
-    assert (found.source, found.obj) == ("MCPTASKS_CELERY_APP", project.celery.app)
+    assert (found.source, found.obj) == ("MCPTASKS_CELERY_APP", tests.testapp.celery.app)
 
 
 def test_the_celery_app_setting(settings):
-    settings.MCPTASKS = {**settings.MCPTASKS, "CELERY_APP": "project.celery:app"}
+    settings.MCPTASKS = {**settings.MCPTASKS, "CELERY_APP": "tests.testapp.celery:app"}
     settings.SETTINGS_MODULE = "tests.settings"  # which has no app: the setting must win
     found = find_celery_app()
-    assert (found.name, found.source) == ("project.celery:app", 'MCPTASKS["CELERY_APP"]')
-    assert found.obj is project.celery.app
+    assert (found.name, found.source) == ("tests.testapp.celery:app", 'MCPTASKS["CELERY_APP"]')
+    assert found.obj is tests.testapp.celery.app
 
 
-@override_settings(SETTINGS_MODULE="project.settings")
+@override_settings(SETTINGS_MODULE="tests.testapp.settings")
 def test_the_settings_package_is_looked_up_like_celery_a():
     found = find_celery_app()
-    assert found.name == "project"
-    assert found.source == "the package of the settings module project.settings"
-    assert found.obj is project.celery.app
+    assert found.name == "tests.testapp"
+    assert found.source == "the package of the settings module tests.testapp.settings"
+    assert found.obj is tests.testapp.celery.app
 
 
-@override_settings(SETTINGS_MODULE="project.demo.settings")
+@override_settings(SETTINGS_MODULE="tests.testapp.demo.settings")
 def test_a_nested_settings_module_finds_the_app_in_an_enclosing_package():
-    assert settings_packages() == ["project.demo", "project"]
+    assert settings_packages() == ["tests.testapp.demo", "tests.testapp", "tests"]
     found = find_celery_app()
-    assert (found.name, found.obj) == ("project", project.celery.app)
+    assert (found.name, found.obj) == ("tests.testapp", tests.testapp.celery.app)
 
 
 @override_settings(SETTINGS_MODULE="tests.settings")
@@ -156,8 +160,8 @@ def test_no_celery_app_anywhere_says_what_to_create_or_set():
 def test_a_named_celery_app_that_does_not_load_is_an_error():
     with pytest.raises(CommandError, match=re.escape("--celery-app names the Celery app 'nowhere.celery:app'")):
         find_celery_app("nowhere.celery:app")
-    with pytest.raises(CommandError, match=re.escape("'project.settings:DEBUG', which is not a Celery app")):
-        find_celery_app("project.settings:DEBUG")
+    with pytest.raises(CommandError, match=re.escape("'tests.testapp.settings:DEBUG', which is not a Celery app")):
+        find_celery_app("tests.testapp.settings:DEBUG")
 
 
 @override_settings(SETTINGS_MODULE="tests.settings")
@@ -191,10 +195,10 @@ def test_the_in_process_broker_is_read_from_the_app():
     assert not broker_is_in_process(app)
 
 
-@pytest.mark.parametrize("name", ["project", "project.celery:app"])
+@pytest.mark.parametrize("name", ["tests.testapp", "tests.testapp.celery:app"])
 def test_celery_children_import_the_app_from_the_sites_folder_whatever_the_current_one(
     name: str, monkeypatch: pytest.MonkeyPatch
 ):
     monkeypatch.setenv("PYTHONPATH", "/elsewhere")
-    site_folder = str(Path(project.__file__).resolve().parent.parent)
+    site_folder = str(Path(tests.__file__).resolve().parent.parent)
     assert child_environment(name)["PYTHONPATH"].split(os.pathsep) == [site_folder, "/elsewhere"]

@@ -3,7 +3,7 @@
 Sessions, version negotiation, the 2025-11-25 task methods on the shared
 engine, and the client's answers to a task's questions. Streamed responses
 (plain calls that ask the client, a blocked tasks/result, the GET stream)
-need a live server: tests/test_legacy_live.py. Every JSON reply is validated
+need a live server: tests/test_live_legacy.py. Every JSON reply is validated
 against the pinned 2025-11-25 schema by the client (tests/support/legacy.py).
 """
 

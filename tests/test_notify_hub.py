@@ -9,6 +9,7 @@ import asyncio
 import os
 import uuid
 
+import pytest
 from channels_redis.core import RedisChannelLayer
 from django.test import override_settings
 
@@ -16,6 +17,8 @@ from mcptasks.notify import fabric as notify
 from tests.support.live import DEFAULT_REDIS_URL
 
 REDIS_URL = os.environ.get("MCPTASKS_TEST_REDIS_URL", DEFAULT_REDIS_URL)
+
+pytestmark = pytest.mark.redis
 
 
 def _layer() -> RedisChannelLayer:

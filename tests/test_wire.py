@@ -173,6 +173,20 @@ def test_missing_or_malformed_meta_is_invalid_params_400(rpc, meta):
     assert_error(reply, -32602, 400)
 
 
+@pytest.mark.parametrize("level", ["verbose-nonsense", "DEBUG", 3, None])
+def test_unknown_log_level_is_invalid_params_naming_the_field(rpc, level):
+    reply = rpc.call_tool("greet", {"name": "World"}, meta_extra={"io.modelcontextprotocol/logLevel": level})
+    error = assert_error(reply, -32602, 400)
+    assert "io.modelcontextprotocol/logLevel" in error["message"]
+
+
+@pytest.mark.parametrize("level", ["debug", "emergency"])
+def test_known_log_level_is_accepted(rpc, level):
+    reply = rpc.request("tools/list", meta_extra={"io.modelcontextprotocol/logLevel": level})
+    assert reply.status == 200, reply
+    assert any(tool["name"] == "greet" for tool in reply.result["tools"])
+
+
 def test_missing_protocol_version_header(rpc):
     reply = rpc.request("tools/list", headers={"MCP-Protocol-Version": None})
     assert_error(reply, -32020, 400)

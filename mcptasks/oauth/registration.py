@@ -13,7 +13,10 @@ safe only for what such a client needs, so this permission admits exactly that:
   (``MCPTASKS_REGISTRATIONS_PER_HOUR`` in the Django settings, default 30).
 
 A registered client still gets no token without a signed-in user approving
-it on the consent page, and PKCE is required.
+it on the consent page, and PKCE is required. :func:`metadata_allowed` is the
+one statement of these rules: it also holds a client's later updates
+(:mod:`mcptasks.oauth.client_configuration`) and the documents of clients that
+identify themselves by URL (:mod:`mcptasks.oauth.cimd`).
 """
 
 from __future__ import annotations
@@ -47,7 +50,9 @@ def metadata_allowed(data: Any) -> bool:
     if not isinstance(data, dict):
         return True  # not metadata at all: the registration view answers the error
     grant_types = data.get("grant_types", ["authorization_code"])
-    if not isinstance(grant_types, list) or not set(grant_types) <= ALLOWED_GRANT_TYPES:
+    if not isinstance(grant_types, list) or not all(isinstance(grant, str) for grant in grant_types):
+        return False
+    if not set(grant_types) <= ALLOWED_GRANT_TYPES:
         return False
     redirect_uris = data.get("redirect_uris", [])
     return isinstance(redirect_uris, list) and bool(redirect_uris) and all(map(redirect_uri_allowed, redirect_uris))

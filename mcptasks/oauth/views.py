@@ -1,4 +1,5 @@
-"""RFC 9728 protected resource metadata for the MCP endpoint.
+"""RFC 9728 protected resource metadata for the MCP endpoint, and the
+registration endpoint that MCP clients use.
 
 django-oauth-toolkit's view writes the document; mcptasks supplies what
 describes the endpoint: its canonical URL, the issuers and the scopes, all
@@ -8,10 +9,11 @@ check can never disagree.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from django.http import Http404, HttpRequest, HttpResponse
-from oauth2_provider.views import OAuthProtectedResourceMetadataView
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from oauth2_provider.views import DynamicClientRegistrationView, OAuthProtectedResourceMetadataView
 
 from ..conf import settings
 from ..protocol.authorization import endpoint_path, scopes_supported
@@ -40,3 +42,26 @@ class ProtectedResourceMetadataView(OAuthProtectedResourceMetadataView):
 
     def get_resource_name(self) -> str:
         return settings.RESOURCE_NAME or settings.SERVER_NAME
+
+
+class ClientRegistrationView(DynamicClientRegistrationView):
+    """django-oauth-toolkit's RFC 7591 registration endpoint, which answers a
+    body nested too deeply for Python's JSON parser with 400
+    ``invalid_client_metadata`` (the toolkit's own parse lets the
+    ``RecursionError`` through, a 500). Mount it in place of the toolkit's::
+
+        path("o/register/", ClientRegistrationView.as_view(), name="dcr-register")
+    """
+
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        try:
+            json.loads(request.body or b"null")
+        except RecursionError:
+            return JsonResponse(
+                {"error": "invalid_client_metadata", "error_description": "Request body is nested too deeply"},
+                status=400,
+            )
+        except ValueError:
+            pass  # not JSON: the toolkit answers invalid_client_metadata
+        response: HttpResponse = super().post(request, *args, **kwargs)
+        return response

@@ -3,6 +3,10 @@
 Each limit is a setting (``MCPTASKS[...]``); ``None`` turns it off. A request
 over a limit gets a JSON-RPC error with the HTTP status that says why: 413 for
 a body that is too large, 429 (with ``Retry-After``) for a throttle or quota.
+
+Throttles count in the process and sync with the ``THROTTLE_CACHE`` counter
+every ``THROTTLE_SYNC_MS`` (``mcptasks.protocol.throttle_counts``); with 0,
+every request is counted in that cache itself.
 """
 
 from __future__ import annotations
@@ -11,10 +15,12 @@ import asyncio
 import json
 import logging
 import math
+import os
 import re
 import threading
 import time
 import weakref
+from collections.abc import Sequence
 from typing import Any
 
 from django.core.cache import BaseCache, caches
@@ -24,6 +30,7 @@ from rest_framework.throttling import SimpleRateThrottle
 
 from ..conf import settings
 from ..errors import INVALID_REQUEST, RATE_LIMITED, ProtocolError
+from .throttle_counts import LocalCounts, Push
 
 logger = logging.getLogger("mcptasks.limits")
 
@@ -82,7 +89,8 @@ def check_size(value: Any, limit: int | None, what: str) -> None:
 
 
 class FixedWindowThrottle:
-    """At most ``limit`` requests per ``seconds`` for a key, counted with one
+    """At most ``limit`` requests per ``seconds`` for a key, counted in the
+    process (:func:`local_counts`), or with ``THROTTLE_SYNC_MS`` 0 by one
     atomic cache ``incr`` per request (polls are the hot path: no stored
     history as DRF's ``SimpleRateThrottle`` keeps). Rates use DRF's syntax."""
 
@@ -97,8 +105,14 @@ class FixedWindowThrottle:
         return cls(scope, limit, seconds)
 
     def check(self, key: str) -> None:
-        cache = throttle_cache()
         now, window, timeout = _window(self.seconds)
+        counts = local_counts()
+        if counts is not None:
+            ends_at = (window + 1) * self.seconds
+            if not counts.admit(_throttle_key(self.scope, key, window), self.limit, ends_at, timeout):
+                raise _limited(self.scope, window, self.seconds, now)
+            return
+        cache = throttle_cache()
         try:
             count = _count(cache, _throttle_key(self.scope, key, window), timeout)
         except Exception as exc:
@@ -118,24 +132,24 @@ def _window(seconds: float) -> tuple[float, int, int]:
     return now, int(now // seconds), math.ceil(seconds) + 1
 
 
-def _count(cache: BaseCache, key: str, timeout: int) -> int:
-    """Add one to the window's counter and return it (the first hit sets it
-    to 1 with its expiry). On Django's Redis backend: one round trip, with a
-    client kept per process. Elsewhere: the cache's own ``add`` and ``incr``."""
+def _count(cache: BaseCache, key: str, timeout: int, added: int = 1) -> int:
+    """Add ``added`` to the window's counter and return it (the first hit
+    sets it with its expiry). On Django's Redis backend: one round trip, with
+    a client kept per process. Elsewhere: the cache's own ``add`` and ``incr``."""
     client = _redis_client(cache)
     if client is not None:
         pipe = client.pipeline(transaction=False)
         redis_key = cache.make_and_validate_key(key)
         pipe.set(redis_key, 0, ex=timeout, nx=True)
-        pipe.incr(redis_key)
+        pipe.incrby(redis_key, added)
         return int(pipe.execute()[1])
-    if cache.add(key, 1, timeout=timeout):
-        return 1
+    if cache.add(key, added, timeout=timeout):
+        return added
     try:
-        return cache.incr(key)
+        return int(cache.incr(key, added))
     except ValueError:  # expired between add and incr
-        cache.add(key, 1, timeout=timeout)
-        return 1
+        cache.add(key, added, timeout=timeout)
+        return added
 
 
 def _redis_config(alias: str) -> tuple[str, dict[str, Any]] | None:
@@ -208,8 +222,8 @@ def _async_redis_client() -> Any:
 
 def poll_throttle_on_loop() -> bool:
     """Whether :func:`athrottle_poll` can count a poll on the event loop (no
-    poll throttle, or a Redis throttle cache)."""
-    return not settings.POLL_BURST or _async_redis_client() is not None
+    poll throttle, counts kept in the process, or a Redis throttle cache)."""
+    return not settings.POLL_BURST or bool(settings.THROTTLE_SYNC_MS) or _async_redis_client() is not None
 
 
 async def athrottle_poll(owner: str, task_id: str, poll_interval_ms: int) -> None:
@@ -220,6 +234,12 @@ async def athrottle_poll(owner: str, task_id: str, poll_interval_ms: int) -> Non
         return
     seconds = max(poll_interval_ms, 1) / 1000
     now, window, timeout = _window(seconds)
+    counts = local_counts()
+    if counts is not None:  # memory only: nothing to await
+        key = _throttle_key("poll", f"{owner}:{task_id}", window)
+        if not counts.admit(key, burst, (window + 1) * seconds, timeout):
+            raise _limited("poll", window, seconds, now)
+        return
     cache = throttle_cache()
     redis_key = cache.make_and_validate_key(_throttle_key("poll", f"{owner}:{task_id}", window))
     try:
@@ -264,12 +284,67 @@ def throttle_cache() -> BaseCache:
     return cache
 
 
+_local_counts: LocalCounts | None = None
+_local_counts_lock = threading.Lock()
+
+
+def local_counts() -> LocalCounts | None:
+    """The process's throttle counters, or ``None`` when ``THROTTLE_SYNC_MS``
+    is 0 (every request counted in the shared cache)."""
+    global _local_counts
+    interval_ms = settings.THROTTLE_SYNC_MS
+    if not interval_ms:
+        return None
+    counts = _local_counts
+    if counts is None:
+        with _local_counts_lock:
+            counts = _local_counts
+            if counts is None:
+                describe = f"throttle cache {settings.THROTTLE_CACHE!r}"
+                counts = _local_counts = LocalCounts(push_counts, interval_ms / 1000, describe)
+    return counts
+
+
+def push_counts(batch: Sequence[Push]) -> list[int]:
+    """Add each counter's admissions to the throttle cache and return the
+    shared totals: one pipelined round trip on Django's Redis backend, the
+    cache's own ``add`` and ``incr`` elsewhere."""
+    cache = throttle_cache()
+    client = _redis_client(cache)
+    if client is not None:
+        pipe = client.pipeline(transaction=False)
+        for key, added, timeout in batch:
+            redis_key = cache.make_and_validate_key(key)
+            pipe.set(redis_key, 0, ex=timeout, nx=True)
+            pipe.incrby(redis_key, added)
+        return [int(total) for total in pipe.execute()[1::2]]
+    return [_count(cache, key, timeout, added) for key, added, timeout in batch]
+
+
+def forget_local_counts() -> None:
+    """Drop the process's counters (the settings changed)."""
+    global _local_counts
+    if _local_counts is not None:
+        _local_counts.close()
+    _local_counts = None
+
+
+def _forget_in_child() -> None:
+    # Not close(): another thread of the parent may have held its lock at the fork.
+    global _local_counts
+    _local_counts = None
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
+
+
 @receiver(setting_changed)
 def _forget_throttle_caches(*, setting: str, **kwargs: Any) -> None:
     if setting in ("CACHES", "MCPTASKS"):
         _throttle_caches.clear()
         _redis_clients.clear()
         _async_redis_clients.clear()
+        forget_local_counts()
 
 
 def throttle(scope: str, owner: str) -> None:

@@ -18,6 +18,7 @@ from django.utils import timezone
 from .. import signals
 from ..conf import settings
 from ..models import Era, InputRequest, InputRequestState, Task, TaskEvent, TaskStatus
+from ..telemetry import metrics, tracing
 from . import dispatch, quota, sql
 from .dispatch import enqueue_after_commit
 from .events import EventKind, announce, announce_committed, client_actor, record_event
@@ -84,6 +85,7 @@ def create_task(
             record_event(task.id, EventKind.CREATED, actor, now=now, to_status=TaskStatus.WORKING, detail=detail)
     transaction.on_commit(lambda: signals.task_created.send(sender=Task, task=task))
     announce(task.id, "", TaskStatus.WORKING, actor, EventKind.CREATED, task=task)
+    metrics.task_created(tool_name)
     if enqueue:
         enqueue_after_commit(task.id)
     return task
@@ -116,6 +118,7 @@ def _new_task(
         expires_at=now + timedelta(milliseconds=ttl),
         poll_interval_ms=poll_interval_ms or settings.POLL_INTERVAL_MS,
         dispatched_at=now if enqueue else None,
+        trace_context=tracing.carrier() or None,
     )
     return task, client_actor(owner), {"tool": tool_name, "era": era}
 
@@ -148,6 +151,7 @@ async def acreate_task(
     task._state.db = Task.objects.db
     signals.task_created.send(sender=Task, task=task)
     announce_committed(task, "", actor, EventKind.CREATED)
+    metrics.task_created(tool_name, committed=True)
     await send(task.id)
     return task
 

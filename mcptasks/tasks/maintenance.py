@@ -16,6 +16,7 @@ from django.utils import timezone
 from ..conf import settings
 from ..errors import INTERNAL_ERROR
 from ..models import ACTIVE_STATUSES, TERMINAL_STATUSES, InputRequest, Task, TaskEvent, TaskStatus
+from ..telemetry import metrics
 from . import dispatch, quota, sql
 from .events import SYSTEM, EventKind, record_event
 from .transitions import cancel_in_transaction, fail
@@ -137,6 +138,7 @@ def prune_expired(*, batch_size: int | None = None, dry_run: bool = False, max_b
             break
         total += deleted
         batches += 1
+        metrics.tasks_expired(deleted)
         if deleted == size and settings.PRUNE_PAUSE_SECONDS:
             time.sleep(settings.PRUNE_PAUSE_SECONDS)
     quota.reconcile()

@@ -73,7 +73,8 @@ WITH gate AS (
     INSERT INTO mcptasks_task (
         id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
         result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
-        dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at
+        dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at,
+              started_at, finished_at, snapshot_watched, trace_context
     )
     SELECT %(id)s::varchar, %(owner)s::varchar, %(tool_name)s::varchar, %(arguments)s::jsonb,
            %(era)s::varchar, %(client_capabilities)s::jsonb, %(status)s::varchar,
@@ -81,7 +82,9 @@ WITH gate AS (
            %(created_at)s::timestamptz, %(updated_at)s::timestamptz, %(ttl_ms)s::bigint,
            %(expires_at)s::timestamptz, %(poll_interval_ms)s::int, %(attempts)s::int,
            %(dispatched_at)s::timestamptz, %(lease_owner)s::varchar, %(lease_expires_at)s::timestamptz,
-           %(cancel_requested_at)s::timestamptz, %(cancelled_by)s::varchar, %(outcome_read_at)s::timestamptz
+           %(cancel_requested_at)s::timestamptz, %(cancelled_by)s::varchar, %(outcome_read_at)s::timestamptz,
+           %(started_at)s::timestamptz, %(finished_at)s::timestamptz, %(snapshot_watched)s::boolean,
+           %(trace_context)s::jsonb
     FROM counted
     RETURNING id
 )
@@ -114,7 +117,8 @@ WITH total AS (
     INSERT INTO mcptasks_task (
         id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
         result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
-        dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at
+        dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at,
+              started_at, finished_at, snapshot_watched, trace_context
     )
     SELECT %(id)s::varchar, %(owner)s::varchar, %(tool_name)s::varchar, %(arguments)s::jsonb,
            %(era)s::varchar, %(client_capabilities)s::jsonb, %(status)s::varchar,
@@ -122,7 +126,9 @@ WITH total AS (
            %(created_at)s::timestamptz, %(updated_at)s::timestamptz, %(ttl_ms)s::bigint,
            %(expires_at)s::timestamptz, %(poll_interval_ms)s::int, %(attempts)s::int,
            %(dispatched_at)s::timestamptz, %(lease_owner)s::varchar, %(lease_expires_at)s::timestamptz,
-           %(cancel_requested_at)s::timestamptz, %(cancelled_by)s::varchar, %(outcome_read_at)s::timestamptz
+           %(cancel_requested_at)s::timestamptz, %(cancelled_by)s::varchar, %(outcome_read_at)s::timestamptz,
+           %(started_at)s::timestamptz, %(finished_at)s::timestamptz, %(snapshot_watched)s::boolean,
+           %(trace_context)s::jsonb
     FROM counted
     RETURNING id
 )
@@ -135,19 +141,22 @@ SELECT id, %(created_at)s, %(kind)s, '', %(status)s, %(actor)s, %(detail)s FROM 
 -- records ``run_started``, and reads the answers earlier runs were given.
 WITH claimed AS (
     UPDATE mcptasks_task
-    SET lease_owner = %(worker)s, lease_expires_at = %(lease)s, attempts = attempts + 1
+    SET lease_owner = %(worker)s, lease_expires_at = %(lease)s, attempts = attempts + 1,
+        started_at = COALESCE(started_at, %(now)s)
     WHERE id = %(task_id)s AND status = %(working)s
       AND (lease_expires_at IS NULL OR lease_expires_at < %(now)s)
     RETURNING id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
               result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
-              dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at
+              dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at,
+              started_at, finished_at, snapshot_watched, trace_context
 ), started AS (
     INSERT INTO mcptasks_taskevent (task_id, at, kind, from_status, to_status, actor, detail)
     SELECT id, %(now)s, %(kind)s, '', '', %(actor)s, jsonb_build_object('attempt', attempts) FROM claimed
 )
 SELECT id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
        result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
-       dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at, (
+       dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at,
+              started_at, finished_at, snapshot_watched, trace_context, (
     SELECT jsonb_object_agg(key, response) FROM mcptasks_inputrequest
     WHERE task_id = claimed.id AND state = %(answered)s
 ) AS answers
@@ -160,12 +169,13 @@ FROM claimed;
 -- the task out of its owner's active count.
 WITH finished AS (
     UPDATE mcptasks_task
-    SET status = %(to)s, updated_at = %(now)s, result = %(result)s, status_message = %(message)s,
+    SET status = %(to)s, updated_at = %(now)s, finished_at = %(now)s, result = %(result)s, status_message = %(message)s,
         lease_owner = '', lease_expires_at = NULL
     WHERE id = %(task_id)s AND status = %(working)s AND lease_owner = %(worker)s
     RETURNING id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
               result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
-              dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at
+              dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at,
+              started_at, finished_at, snapshot_watched, trace_context
 ), recorded AS (
     INSERT INTO mcptasks_taskevent (task_id, at, kind, from_status, to_status, actor, detail)
     SELECT id, %(now)s, %(kind)s, %(working)s, status, %(actor)s, jsonb_build_object() FROM finished
@@ -183,7 +193,8 @@ WITH finished AS (
 )
 SELECT id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
        result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
-       dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at
+       dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at,
+              started_at, finished_at, snapshot_watched, trace_context
 FROM finished;
 
 
@@ -198,7 +209,7 @@ WITH prior AS (
     FOR UPDATE
 ), cancelled AS (
     UPDATE mcptasks_task AS task
-    SET status = %(cancelled)s, updated_at = %(now)s, cancel_requested_at = %(now)s,
+    SET status = %(cancelled)s, updated_at = %(now)s, finished_at = %(now)s, cancel_requested_at = %(now)s,
         cancelled_by = %(actor)s, status_message = %(reason)s, lease_owner = '', lease_expires_at = NULL
     FROM prior
     WHERE task.id = prior.id AND task.status = prior.status
@@ -206,6 +217,7 @@ WITH prior AS (
               task.status_message, task.result, task.error,
               task.created_at, task.updated_at, task.ttl_ms, task.expires_at, task.poll_interval_ms, task.attempts, task.dispatched_at,
               task.lease_owner, task.lease_expires_at, task.cancel_requested_at, task.cancelled_by, task.outcome_read_at,
+              task.started_at, task.finished_at, task.snapshot_watched, task.trace_context,
               prior.status AS from_status
 ), recorded AS (
     INSERT INTO mcptasks_taskevent (task_id, at, kind, from_status, to_status, actor, detail)
@@ -228,7 +240,8 @@ WITH prior AS (
 )
 SELECT id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
        result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
-       dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at, from_status
+       dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at,
+              started_at, finished_at, snapshot_watched, trace_context, from_status
 FROM cancelled;
 
 
@@ -296,3 +309,58 @@ DELETE FROM mcptasks_task WHERE id IN (SELECT id FROM doomed);
 -- name: table_size_estimate
 -- The planner's estimate of a table's rows (-1: never analyzed).
 SELECT reltuples::bigint FROM pg_class WHERE oid = to_regclass(%(table)s);
+
+
+-- name: overview_gauges
+-- The admin overview's gauges, from one snapshot: the active total (the
+-- per-owner counter's slots) and the waiting tasks, counted up to ``cap``.
+SELECT (SELECT COALESCE(SUM(active), 0) FROM mcptasks_activetaskcount),
+       (SELECT COUNT(*) FROM (SELECT 1 FROM mcptasks_task WHERE status = %(input_required)s LIMIT %(cap)s) AS waiting);
+
+
+-- name: overview_settings
+-- For the overview's grouped scans (this transaction only): compiling them
+-- (JIT) costs more than it saves, and their sorts should stay in memory.
+SELECT set_config('jit', 'off', true), set_config('work_mem', %(work_mem)s, true);
+
+
+-- name: overview_created
+-- Tasks created in the window [start, end): per bucket of ``step`` seconds
+-- (and over the whole window: the row whose bucket is null), their count by
+-- status in ``overview.CREATED_STATUSES`` order, and p50/p95 of their queue
+-- wait (to their start, or their finish, or ``now``).
+SELECT bucket,
+       COUNT(*) FILTER (WHERE status = %(working)s), COUNT(*) FILTER (WHERE status = %(input_required)s),
+       COUNT(*) FILTER (WHERE status = %(completed)s), COUNT(*) FILTER (WHERE status = %(failed)s),
+       COUNT(*) FILTER (WHERE status = %(cancelled)s),
+       COUNT(seconds), percentile_cont(ARRAY[0.5, 0.95]) WITHIN GROUP (ORDER BY seconds)
+FROM (
+    SELECT floor(date_part('epoch', created_at - %(start)s::timestamptz) / %(step)s::float8)::int AS bucket, status,
+           date_part('epoch', COALESCE(started_at, finished_at, %(now)s::timestamptz) - created_at) AS seconds
+    FROM mcptasks_task
+    WHERE created_at >= %(start)s::timestamptz AND created_at < %(end)s::timestamptz
+) AS timed
+GROUP BY GROUPING SETS ((bucket), ());
+
+
+-- name: overview_finished
+-- Tasks finished in the window, as ``overview_created`` counts creations:
+-- by status in ``TERMINAL_STATUSES`` order, and p50/p95 of their run time.
+SELECT bucket,
+       COUNT(*) FILTER (WHERE status = %(completed)s), COUNT(*) FILTER (WHERE status = %(failed)s),
+       COUNT(*) FILTER (WHERE status = %(cancelled)s),
+       COUNT(seconds), percentile_cont(ARRAY[0.5, 0.95]) WITHIN GROUP (ORDER BY seconds)
+FROM (
+    SELECT floor(date_part('epoch', finished_at - %(start)s::timestamptz) / %(step)s::float8)::int AS bucket, status,
+           date_part('epoch', finished_at - started_at) AS seconds
+    FROM mcptasks_task
+    WHERE finished_at >= %(start)s::timestamptz AND finished_at < %(end)s::timestamptz
+) AS timed
+GROUP BY GROUPING SETS ((bucket), ());
+
+
+-- name: overview_failures
+-- Tasks that failed in the window, by tool.
+SELECT tool_name, COUNT(*) FROM mcptasks_task
+WHERE finished_at >= %(start)s AND finished_at < %(end)s AND status = %(failed)s
+GROUP BY 1;

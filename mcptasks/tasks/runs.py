@@ -1,5 +1,6 @@
 """A worker's runs: the claim of a lease (one statement on Postgres, beside
-its ORM twin), heartbeats, status messages and release."""
+its ORM twin), heartbeats, status messages and release. The first claim
+stamps the task's ``started_at``, which ends its queue wait."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import transaction
-from django.db.models import F, Q
+from django.db import models, transaction
+from django.db.models import F, Q, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from ..conf import settings
@@ -64,7 +66,12 @@ def _claim_orm(task_id: str, *, worker: str, now: datetime, lease: datetime) -> 
         got = (
             Task.objects.filter(pk=task_id, status=TaskStatus.WORKING)
             .filter(Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=now))
-            .update(lease_owner=worker, lease_expires_at=lease, attempts=F("attempts") + 1)
+            .update(
+                lease_owner=worker,
+                lease_expires_at=lease,
+                attempts=F("attempts") + 1,
+                started_at=Coalesce(F("started_at"), Value(now, output_field=models.DateTimeField())),
+            )
         )
         if not got:
             return None

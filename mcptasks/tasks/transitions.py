@@ -4,7 +4,8 @@ Every transition is a compare-and-set: it names the statuses it may start from,
 locks the row (Postgres), and updates it only if the status is still one of
 them. A terminal status is final. So a worker finishing while a cancel arrives,
 or two answers racing, can never break ``working <-> input_required ->
-completed | failed | cancelled``. A run's finish on Postgres is one statement
+completed | failed | cancelled``. A move to a terminal status stamps
+``finished_at`` in the same write. A run's finish on Postgres is one statement
 (``_finish_run_sql``) beside its ORM twin (``_transition``). A move from an
 active status to a terminal one takes the task out of its owner's count
 (``quota``) in the same statement or transaction.
@@ -20,6 +21,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from ..models import ACTIVE_STATUSES, TERMINAL_STATUSES, InputRequest, InputRequestState, Task, TaskStatus
+from ..telemetry import metrics
 from ..tools.context import validate_input_response
 from . import quota, sql
 from .dispatch import enqueue_after_commit
@@ -43,14 +45,16 @@ def _transition(
     """
     allowed = tuple(allowed_from)
     qs = Task.objects.select_for_update().filter(pk=task_id)
-    row = qs.values_list("status", "owner").first()
+    row = qs.values_list("status", "owner", "tool_name").first()
     if row is None or row[0] not in allowed:
         return False
-    current, owner = row
+    current, owner, tool = row
     now = timezone.now()
     update = Task.objects.filter(pk=task_id, status=current)
     if extra_filter is not None:
         update = update.filter(extra_filter)
+    if to in TERMINAL_STATUSES:
+        fields = {**(fields or {}), "finished_at": now}
     changed = update.update(status=to, updated_at=now, **dict(fields or {}))
     if not changed:
         return False
@@ -64,6 +68,7 @@ def _transition(
             state=InputRequestState.WITHDRAWN
         )
     announce(task_id, current, to, actor, kind)
+    metrics.task_finished(tool, to)
     return True
 
 
@@ -120,6 +125,7 @@ def _finish_run_sql(task_id: str, *, to: str, worker: str, fields: Mapping[str, 
         return False
     task = Task.objects.from_row(sql.column_names(cursor), row)
     announce(task_id, TaskStatus.WORKING, to, actor, EventKind.TRANSITION, task=task)
+    metrics.task_finished(task.tool_name, to)
     return True
 
 
@@ -187,6 +193,7 @@ def _cancelled(names: list[str], row: Any, actor: str, *, committed: bool) -> bo
     if row is None:
         return False
     task = Task.objects.from_row(names[:-1], row[:-1])
+    metrics.task_finished(task.tool_name, TaskStatus.CANCELLED, committed=committed)
     if committed:
         announce_committed(task, row[-1], actor, EventKind.TRANSITION)
     else:

@@ -152,10 +152,11 @@ async def _serve_on_loop(scope: Scope, body: bytes) -> Any:
     from ..protocol import jsonrpc, limits
     from ..protocol.modern import handlers as modern
     from ..protocol.modern import on_loop
-    from ..protocol.replies import result_reply
+    from ..protocol.replies import error_reply, result_reply
+    from ..telemetry import requests as request_telemetry
     from . import identity_cache
     from .rendering import render
-    from .views import error_response, legacy_wire, origin_allowed
+    from .views import legacy_wire, origin_allowed
 
     if not any(method in body for method in _LOOP_METHODS) or not on_loop.available():
         return None  # other requests are parsed once, on the thread path
@@ -183,13 +184,25 @@ async def _serve_on_loop(scope: Scope, body: bytes) -> Any:
     caller = identity_cache.lookup(key) if key is not None else None
     if caller is None:
         return None
+    started = request_telemetry.now_ns()
+    # A creation stores the request's trace context on its row, so its span
+    # is current while it runs; other requests report once answered.
+    opened = request_telemetry.open_request(data, headers) if message.method == "tools/call" else None
     try:
         result = await on_loop.serve(message, caller, headers)
     except on_loop.NotOnLoop:
+        request_telemetry.abandon_request(opened)
         return None
     except ProtocolError as exc:
-        return error_response(exc, message.id, status=modern.http_status(exc))
-    return render(result_reply(message.id, result))
+        reply = error_reply(exc, message.id, status=modern.http_status(exc))
+    else:
+        reply = result_reply(message.id, result)
+    if opened is None:
+        request_telemetry.served_on_loop(data, headers, started, reply.body, reply.status)
+    else:
+        request_telemetry.note_reply(reply.body, reply.status)
+        request_telemetry.close_request(opened)
+    return render(reply)
 
 
 #: The methods of ``on_loop.METHODS``, as they appear in a body.

@@ -64,6 +64,11 @@ def identify(request: HttpRequest) -> Caller:
         header = authenticators[0].authenticate_header(drf_request) if authenticators else None
         raise NotAuthenticated(str(exc.detail), header) from None
     if user is not None and getattr(user, "is_authenticated", False):
+        if not getattr(user, "is_active", True):
+            # Not every authentication class checks (django-oauth-toolkit's
+            # does not): a deactivated account's credentials are refused here.
+            header = authenticators[0].authenticate_header(drf_request) if authenticators else None
+            raise NotAuthenticated("User inactive or deleted.", header)
         return Caller(owner=owner_for(user), user=user, auth=drf_request.auth, authenticated=True)
     if settings.ALLOW_ANONYMOUS:
         return Caller(owner=settings.ANONYMOUS_OWNER)

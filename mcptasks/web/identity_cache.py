@@ -6,8 +6,9 @@ reuse the outcome of a whole :func:`~mcptasks.web.authorization.authenticate`
 (identification, audience and scope checks included) that a thread computed a
 moment ago for the same credentials: for ``MCPTASKS["IDENTITY_CACHE_SECONDS"]``
 at most, and never past the token's own expiry. A revoked token is therefore
-refused at most that many seconds late. Only successes are remembered: a
-refusal is always recomputed.
+refused at most that many seconds late, and so is a deactivated user's (a
+user saved inactive, or deleted, is forgotten at once in the process that
+saved it). Only successes are remembered: a refusal is always recomputed.
 
 The key is a hash of everything ``authenticate`` reads from the request
 (credentials, and the host and scheme the resource URL is built from), and a
@@ -26,13 +27,16 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
+from django.conf import settings as django_settings
 from django.core.signals import setting_changed
+from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 from django.utils.module_loading import import_string
 from rest_framework.authentication import BasicAuthentication, TokenAuthentication
 
 from ..conf import settings
 from ..protocol.caller import Caller
+from ..tools.owners import owner_for
 
 #: Most callers remembered at once (the oldest go first).
 MAX_ENTRIES = 4096
@@ -70,8 +74,6 @@ def request_key(headers: Mapping[str, str], scope: Mapping[str, Any]) -> str | N
         return None
     if not _classes_read_only_headers(tuple(settings.AUTHENTICATION_CLASSES)):
         return None
-    from django.conf import settings as django_settings
-
     proxy_header = getattr(django_settings, "SECURE_PROXY_SSL_HEADER", None)
     parts = [headers.get(name, "") for name in _KEY_HEADERS]
     if proxy_header:
@@ -132,3 +134,21 @@ def clear() -> None:
 def _forget(**kwargs: Any) -> None:
     # Any setting may change an outcome (scopes, resource URL, classes, hosts).
     clear()
+
+
+def forget_owner(owner: str) -> None:
+    """Drop every caller remembered for ``owner``."""
+    with _lock:
+        for key in [key for key, (_, caller) in _entries.items() if caller.owner == owner]:
+            del _entries[key]
+
+
+@receiver(post_save, sender=django_settings.AUTH_USER_MODEL)
+def _forget_inactive_user(sender: Any, instance: Any, **kwargs: Any) -> None:
+    if not getattr(instance, "is_active", True):
+        forget_owner(owner_for(instance))
+
+
+@receiver(post_delete, sender=django_settings.AUTH_USER_MODEL)
+def _forget_deleted_user(sender: Any, instance: Any, **kwargs: Any) -> None:
+    forget_owner(owner_for(instance))

@@ -27,6 +27,7 @@ from ..protocol.modern.headers import META_VERSION
 from ..protocol.replies import WireReply, empty_reply, error_reply, failsafe, message_reply, result_reply
 from ..protocol.streaming import Deferred
 from ..protocol.threads import tool_threads, worker_threads
+from ..telemetry import requests as request_telemetry
 from . import identity_cache
 from .authorization import authenticate
 from .identity import Caller, NotAuthenticated
@@ -140,10 +141,14 @@ async def mcp_endpoint(request: HttpRequest) -> HttpResponse:
         limits.check_depth(data)
     except ProtocolError as exc:
         return error_response(exc, status=exc.http_status or 400)
-    served = await sync_to_async(_serve_post, thread_sensitive=False, executor=worker_threads())(request, data)
-    if isinstance(served, PendingReply):
-        return await sync_to_async(_finish, thread_sensitive=False, executor=tool_threads())(served)
-    return served
+    traced = request_telemetry.open_request(data, request.headers)
+    try:
+        served = await sync_to_async(_serve_post, thread_sensitive=False, executor=worker_threads())(request, data)
+        if isinstance(served, PendingReply):
+            return await sync_to_async(_finish, thread_sensitive=False, executor=tool_threads())(served)
+        return served
+    finally:
+        request_telemetry.close_request(traced)
 
 
 class PendingReply:
@@ -180,7 +185,10 @@ def _on_our_threads(serve: Callable[..., WireReply | PendingReply]) -> Callable[
                 close_old_connections()
 
         reply = failsafe(served, _request_id(args))
-        return reply if isinstance(reply, PendingReply) else render(reply)
+        if isinstance(reply, PendingReply):
+            return reply
+        request_telemetry.note_reply(reply.body, reply.status)
+        return render(reply)
 
     return wrapper
 

@@ -22,6 +22,7 @@ from ..errors import INTERNAL_ERROR, HandOff, InputNeeded, InvalidParams, Protoc
 from ..models import Task, TaskStatus
 from ..protocol import eras
 from ..tasks import lifecycle
+from ..telemetry import runs as run_telemetry
 from ..tools.calls import tool_context
 from ..tools.invoke import invoke
 from ..tools.registry import registry
@@ -83,6 +84,7 @@ def run_task(task_id: str) -> str:
     run = lifecycle.start_run(task_id, worker=worker)
     if run is None:
         return "skipped"
+    run_telemetry.started(run.task, run.answers)
     task = run.task
     actor = lifecycle.worker_actor(worker)
     tool = registry.get(task.tool_name)
@@ -104,6 +106,7 @@ def run_task(task_id: str) -> str:
         kwargs = tool.validate_arguments(task.arguments)
         result = invoke(tool, ctx, kwargs)
     except InputNeeded as need:
+        run_telemetry.input_asked(need.requests)
         lifecycle.request_input(task_id, need.requests, worker=worker)
         return "input_required"
     except TaskCancelled:

@@ -11,6 +11,7 @@ from celery import shared_task
 from django.db import close_old_connections, connections
 
 from ..tasks import lifecycle
+from ..telemetry import runs as run_telemetry
 from . import execution
 
 Job = TypeVar("Job", bound=Callable[..., Any])
@@ -65,7 +66,7 @@ def _maybe_broken(dbapi_connection: Any) -> bool:
 )
 @with_usable_connections
 def run_task(task_id: str) -> str:
-    return execution.run_task(task_id)
+    return run_telemetry.traced(execution.run_task, task_id)
 
 
 @shared_task(name="mcptasks.sweep", ignore_result=True)

@@ -102,9 +102,37 @@ def graceful_server_class() -> type:
     return GracefulServer
 
 
-def run(*, host: str, port: int, concurrency: int, asgi: Found, celery: Found, pool: str = "prefork") -> None:
+def server_config(application: Any, *, host: str, port: int, forwarded_allow_ips: str | None) -> Any:
+    """uvicorn's configuration. ``X-Forwarded-For`` and ``X-Forwarded-Proto``
+    are believed only from the proxies named in ``forwarded_allow_ips``
+    (comma-separated addresses or networks, ``*`` for any): uvicorn's own
+    default trusts them from loopback, so a local proxy that passes a
+    client's headers on would let the client choose its address (and escape
+    per-address limits) and the scheme of the URLs the site advertises."""
     import uvicorn
 
+    trusted = (forwarded_allow_ips or "").strip()
+    return uvicorn.Config(
+        application,
+        host=host,
+        port=port,
+        log_level="warning",
+        lifespan="off",
+        proxy_headers=bool(trusted),
+        forwarded_allow_ips=trusted or None,
+    )
+
+
+def run(
+    *,
+    host: str,
+    port: int,
+    concurrency: int,
+    asgi: Found,
+    celery: Found,
+    pool: str = "prefork",
+    forwarded_allow_ips: str | None = None,
+) -> None:
     app = celery.obj
     # Runs published from this process go through the site's app, whatever
     # Celery took for current before.
@@ -124,7 +152,10 @@ def run(*, host: str, port: int, concurrency: int, asgi: Found, celery: Found, p
     print(f"mcptasks: ASGI application {asgi.name} (from {asgi.source})", flush=True)
     print(f"mcptasks: Celery app {celery.name} (from {celery.source})", flush=True)
 
-    server = server_class(uvicorn.Config(asgi.obj, host=host, port=port, log_level="warning", lifespan="off"))
+    config = server_config(asgi.obj, host=host, port=port, forwarded_allow_ips=forwarded_allow_ips)
+    if config.proxy_headers:
+        print(f"mcptasks: trusting X-Forwarded-For/Proto from {config.forwarded_allow_ips}", flush=True)
+    server = server_class(config)
 
     def watch_children() -> None:
         for child in children:

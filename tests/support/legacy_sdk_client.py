@@ -1,6 +1,6 @@
 """Scenarios for the official Python SDK's 2025-11-25 client (``mcp==1.30.0``).
 
-Run by tests/test_legacy_sdk.py as a subprocess of a dedicated virtualenv
+Run by tests/test_live_legacy_sdk.py as a subprocess of a dedicated virtualenv
 (the test environment pins a later ``mcp``). It imports nothing from this
 repository: only the SDK talks to the server, over HTTP.
 

@@ -5,7 +5,8 @@ Everything is unique to the run (database name, Celery queue, worker node
 name, port), so two runs on one machine do not share work. Each process gets
 its own process group and the whole group is killed at teardown.
 
-This is the one launcher of the suite's processes: the chaos stack
+Its processes are started and stopped by the one launcher of the tests and
+the bench (tests/support/processes.py); the chaos stack
 (tests/reliability/stack.py) is a ``LiveStack`` with more of them.
 """
 
@@ -16,11 +17,10 @@ import json
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Container, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
@@ -29,11 +29,38 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 from psycopg.rows import dict_row
 
-from tests.support.waiting import wait_until
+from tests.support import processes
+
+# The launcher's helpers, which the tests use through this module.
+from tests.support.processes import free_port as free_port
+from tests.support.processes import kill_group as kill_group
+from tests.support.processes import tail as tail
+from tests.support.processes import wait_answering
+from tests.support.processes import wait_ready as wait_ready
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/mcptasks"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+@dataclass(frozen=True)
+class Site:
+    """What a stack's processes run: a settings module, an ASGI application
+    and a Celery app."""
+
+    settings: str
+    asgi: str
+    celery: str
+
+
+#: The site the stacks run: the test site (tests/testapp/).
+TEST_SITE = Site("tests.testapp.settings", "tests.testapp.asgi:application", "tests.testapp")
+#: The example site (project/), for its own live tests in project/tests/ only
+#: (tests/test_test_site.py checks that nothing under tests/ runs it).
+EXAMPLE_SITE = Site("project.settings", "project.asgi:application", "project")
+SITE_SETTINGS = TEST_SITE.settings
+SITE_ASGI = TEST_SITE.asgi
+SITE_CELERY = TEST_SITE.celery
 
 #: Short lease and heartbeat so that recovery after a dead worker takes seconds.
 LIVE_SETTINGS = {
@@ -45,16 +72,13 @@ LIVE_SETTINGS = {
     "MCP_ALLOW_ANONYMOUS": "true",
     "MCP_LOG_LEVEL": "WARNING",
     "CONN_MAX_AGE": "0",
+    # The example site's stacks: every test client signs in from 127.0.0.1, the sign-in throttle's
+    # per-address count would add up across a module's tests.
+    "SIGN_IN_FAILURE_LIMIT": "1000",
 }
 
 #: Variables of the calling environment that must not leak into the stack.
 _SCRUB = ("DATABASE_URL", "CELERY_BROKER_URL", "REDIS_URL", "MCP_CELERY_QUEUE", "PORT", "HOST")
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def with_database(url: str, name: str) -> str:
@@ -68,113 +92,45 @@ def psycopg_dsn(url: str) -> str:
     return urlunsplit(("postgresql", parts.netloc, parts.path, parts.query, parts.fragment))
 
 
-def base_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+def base_env(extra: Mapping[str, str] | None = None, *, site: Site = TEST_SITE) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in _SCRUB and not k.startswith("MCP_")}
-    env.update({"DJANGO_SETTINGS_MODULE": "project.settings", "PYTHONUNBUFFERED": "1"})
+    env.update({"DJANGO_SETTINGS_MODULE": site.settings, "PYTHONUNBUFFERED": "1"})
     env.update(extra or {})
     return env
 
 
-def kill_group(proc: subprocess.Popen[bytes], *, grace: float = 5.0) -> None:
-    """SIGTERM the process group, then SIGKILL whatever is left."""
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=grace)
-    with contextlib.suppress(ProcessLookupError, PermissionError):  # children may outlive the leader
-        os.killpg(proc.pid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=5)
-
-
-def tail(path: Path, lines: int = 40) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
-
-
-def wait_ready(
-    proc: subprocess.Popen[bytes],
-    log: Path,
-    status: Callable[[], int],
-    ok: Container[int],
-    *,
-    what: str,
-    timeout: float = 60.0,
-    interval: float = 0.1,
-) -> None:
-    """Until ``status()`` (an HTTP request's status; a transport error counts
-    as not yet) is in ``ok``; fail with the end of ``log`` if ``proc`` exits first."""
-    import httpx
-
-    last: list[object] = [None]
-
-    def answered() -> bool:
-        if proc.poll() is not None:
-            raise AssertionError(f"{what} exited with {proc.returncode} before answering:\n{tail(log)}")
-        try:
-            last[0] = status()
-        except httpx.HTTPError as exc:
-            last[0] = exc
-            return False
-        return last[0] in ok
-
-    wait_until(answered, timeout, interval, what=f"{what} answering", explain=lambda: f"last: {last[0]}\n{tail(log)}")
-
-
 def wait_http(url: str, proc: subprocess.Popen[bytes], log: Path, *, timeout: float = 60.0) -> None:
     """Until a server/discover on ``url`` answers 200 (or 401 when anonymous access is off)."""
-    import httpx
-
-    body = {
-        "jsonrpc": "2.0",
-        "id": 0,
-        "method": "server/discover",
-        "params": {
-            "_meta": {
-                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                "io.modelcontextprotocol/clientCapabilities": {},
-            }
-        },
-    }
-    headers = {"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "server/discover"}
-
-    def discover() -> int:
-        return httpx.post(url, json=body, headers=headers, timeout=2).status_code
-
-    # 401: up, and it wants a signed-in caller.
-    wait_ready(proc, log, discover, (200, 401), what=f"server at {url}", timeout=timeout)
+    wait_answering(url, proc, log, ok=(200, 401), timeout=timeout)
 
 
 def uvicorn_argv(
     port: int,
-    app: str = "project.asgi:application",
+    app: str = SITE_ASGI,
     *,
     workers: int = 1,
     graceful_shutdown: int | None = None,
 ) -> list[str]:
     """The command of a web process serving ``app`` on 127.0.0.1:``port``."""
-    argv = [sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port)]
-    argv += ["--log-level", "warning", "--lifespan", "off"]
-    if workers > 1:
-        argv += ["--workers", str(workers)]
-    if graceful_shutdown is not None:
-        argv += ["--timeout-graceful-shutdown", str(graceful_shutdown)]
-    return argv
+    return processes.uvicorn_argv(port, app, workers=workers, graceful_shutdown=graceful_shutdown, lifespan=False)
 
 
-def celery_argv(*args: str) -> list[str]:
-    """A ``celery`` command on the example site's app."""
-    return [sys.executable, "-m", "celery", "-A", "project", *args]
+def celery_argv(*args: str, site: Site = TEST_SITE) -> list[str]:
+    """A ``celery`` command on the site's app (the test site's unless told)."""
+    return [sys.executable, "-m", "celery", "-A", site.celery, *args]
 
 
 def celery_worker_argv(
-    queue: str, node: str, *, concurrency: int, pool: str = "prefork", heartbeat: bool = True
+    queue: str,
+    node: str,
+    *,
+    concurrency: int,
+    pool: str = "prefork",
+    heartbeat: bool = True,
+    site: Site = TEST_SITE,
 ) -> list[str]:
     """The command of a Celery worker consuming ``queue`` as node ``node@<host>``."""
-    argv = celery_argv("worker", "-Q", queue, "-n", f"{node}@%h", "--concurrency", str(concurrency))
+    argv = celery_argv("worker", "-Q", queue, "-n", f"{node}@%h", "--concurrency", str(concurrency), site=site)
     argv += ["--pool", pool, "--loglevel", "WARNING", "--without-gossip", "--without-mingle"]
     if not heartbeat:
         argv.append("--without-heartbeat")
@@ -201,6 +157,7 @@ class LiveStack:
     workers: int = 1
     concurrency: int = 2
     web_workers: int = 1
+    site: Site = TEST_SITE
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     argv: dict[str, list[str]] = field(default_factory=dict)
     restarts: dict[str, int] = field(default_factory=dict)
@@ -278,11 +235,15 @@ class LiveStack:
     # Processes ----------------------------------------------------------------------------
 
     def web_argv(self) -> list[str]:
-        return uvicorn_argv(self.port, workers=self.web_workers, graceful_shutdown=self.graceful_shutdown)
+        return uvicorn_argv(
+            self.port, self.site.asgi, workers=self.web_workers, graceful_shutdown=self.graceful_shutdown
+        )
 
     def worker_argv(self, index: int) -> list[str]:
         node = f"worker{index}-{self.queue}"
-        return celery_worker_argv(self.queue, node, concurrency=self.concurrency, heartbeat=self.worker_heartbeat)
+        return celery_worker_argv(
+            self.queue, node, concurrency=self.concurrency, heartbeat=self.worker_heartbeat, site=self.site
+        )
 
     def launch(self) -> None:
         """Start the tool workers and the web process; return once the web answers."""
@@ -301,11 +262,7 @@ class LiveStack:
     def start(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
         """Run ``argv`` as process ``name``, in a process group of its own, logging to ``<name>.log``."""
         with self._lock:
-            log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 (closed with the process)
-            proc = subprocess.Popen(
-                argv, cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
-            log.close()
+            proc = processes.start(argv, env=self.env, log=self.log_dir / f"{name}.log", cwd=REPO)
             self.procs[name] = proc
             self.argv[name] = list(argv)
         return proc
@@ -401,7 +358,8 @@ def new_stack(
             "CELERY_BROKER_URL": redis_url,
             "REDIS_URL": redis_url,
             "MCP_CELERY_QUEUE": queue,
-        }
+        },
+        site=fields.get("site", TEST_SITE),
     )
     log_dir.mkdir(parents=True, exist_ok=True)
     stack = stack_type(
@@ -454,8 +412,10 @@ def start_stack(
     redis_url: str | None = None,
     settings: Mapping[str, str] | None = None,
     concurrency: int = 2,
+    site: Site = TEST_SITE,
 ) -> LiveStack:
-    """Create and migrate a database, start web and worker, wait until ready."""
+    """Create and migrate a database, start web and worker, wait until ready:
+    the test site's, or the example site's for its own tests."""
     return launch_stack(
         LiveStack,
         log_dir,
@@ -464,6 +424,7 @@ def start_stack(
         settings={**LIVE_SETTINGS, **dict(settings or {})},
         name="live",
         concurrency=concurrency,
+        site=site,
     )
 
 

@@ -49,3 +49,6 @@ BOTH_SETUPS_ALREADY = pytest.mark.postgres_only(
 #: poll takes the thread path (which the SQLite pass runs).
 LOOP_POLLS_REASON = "polls are served on the event loop from Postgres only"
 LOOP_POLLS = pytest.mark.postgres_only(reason=LOOP_POLLS_REASON)
+
+#: The poll snapshot is kept true by Postgres LISTEN/NOTIFY: elsewhere there is none.
+POLL_SNAPSHOT = pytest.mark.postgres_only(reason="the poll snapshot listens with Postgres LISTEN/NOTIFY")

@@ -42,6 +42,14 @@ class Command(BaseCommand):
             "--port", type=int, default=int(os.environ.get("PORT", "8000")), help="Port to serve on (env PORT; 8000)."
         )
         run.add_argument(
+            "--forwarded-allow-ips",
+            metavar="ADDRESSES",
+            default=os.environ.get("FORWARDED_ALLOW_IPS"),
+            help="Comma-separated addresses or networks of the reverse proxies whose X-Forwarded-For and "
+            "X-Forwarded-Proto headers are believed ('*': any peer). Default: the FORWARDED_ALLOW_IPS environment "
+            "variable, else none: the headers are ignored.",
+        )
+        run.add_argument(
             "--concurrency",
             type=int,
             default=int(os.environ.get("WORKER_CONCURRENCY", "4")),
@@ -111,7 +119,16 @@ class Command(BaseCommand):
         return task
 
     def do_run(
-        self, *, host: str, port: int, concurrency: int, pool: str, asgi: str | None, celery_app: str | None, **_: Any
+        self,
+        *,
+        host: str,
+        port: int,
+        concurrency: int,
+        pool: str,
+        asgi: str | None,
+        celery_app: str | None,
+        forwarded_allow_ips: str | None,
+        **_: Any,
     ) -> None:
         from mcptasks.worker.discovery import find_asgi_application, find_celery_app, module_exists
         from mcptasks.worker.runner import run
@@ -125,7 +142,15 @@ class Command(BaseCommand):
         # names neither gets one clear error and no half-started processes.
         celery = find_celery_app(celery_app)
         application = find_asgi_application(asgi)
-        run(host=host, port=port, concurrency=concurrency, pool=pool, asgi=application, celery=celery)
+        run(
+            host=host,
+            port=port,
+            concurrency=concurrency,
+            pool=pool,
+            asgi=application,
+            celery=celery,
+            forwarded_allow_ips=forwarded_allow_ips,
+        )
 
     def do_sweep(self, *, dry_run: bool, limit: int, **_: Any) -> None:
         report = lifecycle.sweep(dry_run=dry_run, limit=limit)

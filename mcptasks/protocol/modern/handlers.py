@@ -43,6 +43,7 @@ from ..shapes import detailed_task, task_fields
 from ..streaming import Deferred, Stream, threaded_call
 from ..subscriptions import listen_stream
 from .headers import (
+    META_LOG_LEVEL,
     META_SERVER_INFO,
     check_param_headers,
     check_version,
@@ -69,8 +70,6 @@ def create_task_result(task: Task) -> dict[str, Any]:
 
 
 # Handlers ----------------------------------------------------------------------------
-
-META_LOG_LEVEL = "io.modelcontextprotocol/logLevel"
 
 Reply = dict[str, Any] | Stream | Deferred
 

@@ -18,6 +18,7 @@ from ...errors import (
     InvalidParams,
     ProtocolError,
 )
+from ...tools.context import LOG_LEVELS
 from ...tools.registry import Tool
 from ..jsonrpc import Message
 
@@ -28,6 +29,7 @@ META_VERSION = "io.modelcontextprotocol/protocolVersion"
 META_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
 META_CLIENT_INFO = "io.modelcontextprotocol/clientInfo"
 META_SERVER_INFO = "io.modelcontextprotocol/serverInfo"
+META_LOG_LEVEL = "io.modelcontextprotocol/logLevel"
 
 TASK_METHODS = ("tasks/get", "tasks/update", "tasks/cancel")
 
@@ -136,6 +138,10 @@ def check_version(message: Message, headers: Mapping[str, str]) -> tuple[str, di
         raise InvalidParams(f"Invalid params: _meta {META_VERSION} must be a string", http_status=400)
     if not isinstance(capabilities, dict):
         raise InvalidParams(f"Invalid params: _meta {META_CAPABILITIES} must be an object", http_status=400)
+    if META_LOG_LEVEL in meta and meta[META_LOG_LEVEL] not in LOG_LEVELS:
+        raise InvalidParams(
+            f"Invalid params: _meta {META_LOG_LEVEL} must be one of {', '.join(LOG_LEVELS)}", http_status=400
+        )
     header = headers.get("mcp-protocol-version")
     if header is None:
         raise HeaderMismatch("the MCP-Protocol-Version header is required")

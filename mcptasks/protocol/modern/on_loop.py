@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from ...models import TERMINAL_STATUSES, Task, TaskStatus
-from ...tasks import dispatch, lifecycle, reads, sql
+from ...tasks import dispatch, lifecycle, poll_snapshot, reads, sql
 from ...tasks.sql import NotOnLoop
 from ...tools.registry import registry
 from .. import authorization, limits
@@ -55,11 +55,17 @@ async def read_polled_task(req: handlers.Request) -> Task:
     caller's task, its first outcome read marked where the read may mark it.
     Raises ``ProtocolError`` (not found, scopes) or ``NotOnLoop``."""
     task_id, owner = handlers.task_id_param(req), req.caller.owner
-    if handlers.marks_in_the_read(req):
-        found = await reads.apoll(task_id, owner, actor=lifecycle.client_actor(owner))
-    else:
-        found = await reads.alookup(task_id, owner)
-    return handlers.owned_task(req, found)
+    read = _marking_read(lifecycle.client_actor(owner)) if handlers.marks_in_the_read(req) else reads.alookup
+    # From the snapshot where that is sound: a row the poll's own statement
+    # marked read may be kept (its outcome_read_at is set), as a later read's.
+    return handlers.owned_task(req, await poll_snapshot.lookup(task_id, owner, read))
+
+
+def _marking_read(actor: str) -> poll_snapshot.Reader:
+    async def read(task_id: str, owner: str) -> Task | None:
+        return await reads.apoll(task_id, owner, actor=actor)
+
+    return read
 
 
 async def get_task(req: handlers.Request) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from project.secret_key import DEVELOPMENT_KEY
 from tests.support import live, postgres_only
 from tests.support.rpc import HttpRpc
 
@@ -134,5 +136,21 @@ def test_bin_run_builds_its_own_venv_and_serves_on_postgres_and_redis(
 
 
 def test_bin_run_with_no_environment_serves_on_the_embedded_default(checkout: Path, tmp_path: Path) -> None:
-    serve_one_task(checkout, run_env(checkout, {}), tmp_path / "run.log")
+    env = run_env(checkout, {})
+    serve_one_task(checkout, env, tmp_path / "run.log")
     assert (checkout / "var" / "db.sqlite3").exists()
+    # No SECRET_KEY anywhere: bin/run made one of the checkout's own, private, and the site uses it.
+    key_file = checkout / "var" / "secret_key"
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    key = key_file.read_text().strip()
+    assert len(key) >= 50 and key != DEVELOPMENT_KEY
+    print_key = "from django.conf import settings; print(settings.SECRET_KEY)"
+    used = subprocess.run(
+        [str(checkout / ".venv" / "bin" / "python"), "-c", print_key],
+        cwd=checkout,
+        env={**env, "DJANGO_SETTINGS_MODULE": "project.settings"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert used.stdout.strip() == key

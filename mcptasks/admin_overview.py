@@ -1,0 +1,166 @@
+"""The admin's overview page (Admin > MCP tasks > Overview): what is working
+and waiting now, and the last hour and day of creations, finishes, run
+times, queue waits and failures, drawn as inline SVG on the server.
+
+Staff only, through the admin site's own login check; the user also needs
+the permission to view tasks. The figures come from
+``mcptasks.tasks.overview``; this module only lays them out.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path
+
+from . import admin_charts
+from .admin_charts import Chart, Series
+from .models import TERMINAL_STATUSES, TaskStatus
+from .tasks import overview
+
+if TYPE_CHECKING:
+    from django.contrib.admin import ModelAdmin
+
+#: The admin's status colours (``mcptasks/admin.css``), for the charts.
+STATUS_COLORS = {
+    TaskStatus.WORKING: "#1f6feb",
+    TaskStatus.INPUT_REQUIRED: "#9a6700",
+    TaskStatus.COMPLETED: "#1a7f37",
+    TaskStatus.FAILED: "#cf222e",
+    TaskStatus.CANCELLED: "#8c959f",
+}
+P50_COLOR = "#1f6feb"
+P95_COLOR = "#bc4c00"
+RATE_UNIT = timedelta(minutes=1)
+WINDOW_TITLES = {"hour": "The last hour", "day": "The last day"}
+
+
+@dataclass(frozen=True)
+class FailureBar:
+    tool: str
+    count: int
+    #: Share of the longest bar, in percent (the bar's width).
+    width: float
+
+
+@dataclass(frozen=True)
+class WindowPage:
+    name: str
+    title: str
+    bucket: str
+    created_total: int
+    finished_total: int
+    charts: list[Chart]
+    failures: list[FailureBar]
+    failures_other: int
+    failures_total: int
+    computed_at: datetime | None
+
+
+def overview_urls(model_admin: ModelAdmin[Any]) -> list[URLPattern]:
+    """The page's URL, under the task admin's (``admin:mcptasks_task_overview``)."""
+
+    def view(request: HttpRequest) -> HttpResponse:
+        return overview_view(request, model_admin)
+
+    return [path("overview/", model_admin.admin_site.admin_view(view), name="mcptasks_task_overview")]
+
+
+def overview_view(request: HttpRequest, model_admin: ModelAdmin[Any]) -> HttpResponse:
+    if not model_admin.has_view_permission(request):
+        raise PermissionDenied
+    began = time.perf_counter()
+    figures = overview.overview()
+    elapsed_ms = (time.perf_counter() - began) * 1000
+    opts = model_admin.model._meta
+    context = {
+        **model_admin.admin_site.each_context(request),
+        "title": "Overview",
+        "subtitle": None,
+        "opts": opts,
+        "app_label": opts.app_label,
+        "at": figures.at,
+        "gauges": figures.gauges,
+        "windows": [_window_page(w) for w in figures.windows],
+        "elapsed_ms": elapsed_ms,
+    }
+    return TemplateResponse(request, "admin/mcptasks/overview.html", context)
+
+
+def _window_page(figures: overview.WindowFigures) -> WindowPage:
+    win = figures.window
+    starts = win.bucket_starts()
+    minutes = int(win.step / RATE_UNIT)
+    rate = "per minute" if minutes == 1 else f"per minute (mean of {minutes}-minute buckets)"
+    created = admin_charts.stacked_bars(
+        f"Created {rate}, by status now",
+        starts,
+        win.step,
+        [Series(_name(status), STATUS_COLORS[status], figures.created[status]) for status in _statuses()],
+        per=RATE_UNIT,
+    )
+    finished = admin_charts.stacked_bars(
+        f"Finished {rate}, by outcome",
+        starts,
+        win.step,
+        [Series(_name(status), STATUS_COLORS[status], figures.finished[status]) for status in _terminal()],
+        per=RATE_UNIT,
+    )
+    charts = [
+        created,
+        finished,
+        _percentile_chart("Run time: first start to finish", win, figures.run_time, figures.run_time_overall),
+        _percentile_chart("Queue wait: creation to first start", win, figures.queue_wait, figures.queue_wait_overall),
+    ]
+    longest = max((n for _, n in figures.failures_by_tool), default=0)
+    return WindowPage(
+        name=win.name,
+        title=WINDOW_TITLES.get(win.name, win.name),
+        bucket=f"{minutes}-minute buckets",
+        created_total=sum(sum(series) for series in figures.created.values()),
+        finished_total=sum(sum(series) for series in figures.finished.values()),
+        charts=charts,
+        failures=[FailureBar(tool, n, 100.0 * n / longest) for tool, n in figures.failures_by_tool],
+        failures_other=figures.failures_other,
+        failures_total=figures.failures_total,
+        computed_at=figures.computed_at,
+    )
+
+
+def _percentile_chart(
+    title: str, win: overview.Window, per_bucket: list[overview.Percentiles], overall: overview.Percentiles
+) -> Chart:
+    def summary(value: float | None) -> str:
+        if value is None:
+            return "no tasks"
+        return f"{admin_charts.format_seconds(value)} over {overall.count:,} tasks"
+
+    return admin_charts.lines(
+        title,
+        win.bucket_starts(),
+        win.step,
+        [
+            Series("p50", P50_COLOR, [p.p50 for p in per_bucket]),
+            Series("p95", P95_COLOR, [p.p95 for p in per_bucket]),
+        ],
+        [summary(overall.p50), summary(overall.p95)],
+    )
+
+
+def _statuses() -> list[TaskStatus]:
+    return [TaskStatus(s) for s in overview.CREATED_STATUSES]
+
+
+def _terminal() -> list[TaskStatus]:
+    return [TaskStatus(s) for s in TERMINAL_STATUSES]
+
+
+def _name(status: TaskStatus) -> str:
+    """As the status badges write it: ``input required``."""
+    return str(status.value).replace("_", " ")

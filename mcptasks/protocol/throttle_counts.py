@@ -1,0 +1,142 @@
+"""Throttle counters kept in the process, synced with a shared counter.
+
+A request is admitted or refused from memory, with no round trip: each
+fixed-window counter holds what this process admitted and the shared total
+as of its last sync. A background thread pushes the new admissions to the
+shared counter (one pipelined round trip for every live counter) and reads
+back the total every ``THROTTLE_SYNC_MS``. So a process never admits more
+than the limit on its own, and it sees the other processes' admissions at
+most two sync intervals late (docs/reliability.md gives the bound).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+logger = logging.getLogger("mcptasks.limits")
+
+#: One counter to push: its shared key, the admissions since the last push,
+#: and the key's expiry in seconds. The pusher adds them and returns each
+#: key's shared total, in order.
+Push = tuple[str, int, int]
+Pusher = Callable[[Sequence[Push]], list[int]]
+
+
+@dataclass
+class _Counter:
+    ends_at: float  # wall-clock end of the window: the counter is dropped after it
+    timeout: int
+    shared: int = 0  # the shared total at the last sync (ours included)
+    pushing: int = 0  # ours, sent in the sync under way
+    unsynced: int = 0  # ours, admitted since then
+
+    def total(self) -> int:
+        return self.shared + self.pushing + self.unsynced
+
+
+class LocalCounts:
+    """Fixed-window counters in memory, pushed with ``pusher`` every
+    ``interval`` seconds by a thread that runs while any counter lives."""
+
+    def __init__(self, pusher: Pusher, interval: float, describe: str = "shared counter") -> None:
+        self.pusher = pusher
+        self.interval = interval
+        self.describe = describe
+        self._lock = threading.Lock()
+        self._counters: dict[str, _Counter] = {}
+        self._thread: threading.Thread | None = None
+        self._thread_pid = 0
+        self._failing = False
+
+    def admit(self, key: str, limit: int, ends_at: float, timeout: int) -> bool:
+        """Count one request in ``key``'s window if the total stays within
+        ``limit``; ``False`` (nothing counted) when it is reached."""
+        with self._lock:
+            counter = self._counters.get(key)
+            if counter is None:
+                counter = self._counters[key] = _Counter(ends_at, timeout)
+            if counter.total() >= limit:
+                return False
+            counter.unsynced += 1
+            self._start_thread()
+            return True
+
+    def sync(self) -> bool:
+        """Push every counter's new admissions and read back the shared
+        totals; drop the counters whose window is over. ``False`` if the
+        shared counter failed (the admissions are kept for the next try)."""
+        now = time.time()
+        with self._lock:
+            for key in [k for k, c in self._counters.items() if c.ends_at <= now]:
+                del self._counters[key]
+            batch = list(self._counters.items())
+            for _, counter in batch:
+                counter.pushing, counter.unsynced = counter.unsynced, 0
+        if not batch:
+            return True
+        try:
+            totals = self.pusher([(key, c.pushing, c.timeout) for key, c in batch])
+        except Exception as exc:
+            with self._lock:
+                for _, counter in batch:
+                    counter.unsynced += counter.pushing
+                    counter.pushing = 0
+                if not self._failing:
+                    logger.warning(
+                        "%s unavailable, throttles count in this process alone until it is back: %r",
+                        self.describe,
+                        exc,
+                    )
+                self._failing = True
+            return False
+        with self._lock:
+            for (_, counter), total in zip(batch, totals, strict=True):
+                # Another process may have pushed meanwhile: the total only grows.
+                counter.shared = max(counter.shared + counter.pushing, total)
+                counter.pushing = 0
+            if self._failing:
+                logger.warning("%s reachable again, throttles synced", self.describe)
+            self._failing = False
+        return True
+
+    def close(self) -> None:
+        """Drop every counter; the sync thread ends at its next turn."""
+        with self._lock:
+            self._counters.clear()
+            self._thread = None
+
+    def seen(self, key: str) -> int:
+        """The total this process knows for ``key``: its own admissions and
+        the others' as of its last sync (0 for a counter it does not hold)."""
+        with self._lock:
+            counter = self._counters.get(key)
+            return counter.total() if counter is not None else 0
+
+    def live(self) -> int:
+        """How many counters are held (their window not yet over)."""
+        with self._lock:
+            return len(self._counters)
+
+    def _start_thread(self) -> None:
+        # Under the lock. A forked child has the parent's counters but not its thread.
+        pid = os.getpid()
+        if self._thread is not None and self._thread_pid == pid:
+            return
+        self._thread_pid = pid
+        self._thread = threading.Thread(target=self._run, name="mcptasks-throttle-sync", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(self.interval)
+            self.sync()
+            with self._lock:
+                if not self._counters or self._thread is not threading.current_thread():
+                    if self._thread is threading.current_thread():
+                        self._thread = None
+                    return

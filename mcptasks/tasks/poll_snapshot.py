@@ -1,0 +1,399 @@
+"""Polls of unchanged tasks answered without a database read (Postgres).
+
+Each event loop (one per web process) keeps the task rows its polls last
+read, and drops a row as soon as Postgres says it changed: a trigger on the
+task table (migration 0010) runs ``pg_notify`` on ``CHANNEL`` with the task id
+whenever a column the poll reads changes, or the row is deleted. NOTIFY is
+delivered at commit and in commit order, so one listening connection per loop
+sees every change in the order it became true; the Channels layer may drop
+messages and could not serve here.
+
+When a row may be served (see docs/architecture.md, "Polls from the
+snapshot", for the argument):
+
+- never while the listener is down (a notification may have been missed);
+  every (re)connect empties the snapshot before anything is served again;
+- a finished task whose outcome was already read once: it cannot change until
+  it expires, so it is served until then with no wait;
+- a working task only after a *fence*: the poll waits for a marker the
+  listener sends itself (a NOTIFY on its own channel, one for all the polls
+  that arrived while it was being prepared). Its arrival proves that every
+  change committed before the poll arrived has been applied, so a row still
+  here is not older than any change the caller could have seen;
+- a row read from the database is kept only if no notification for its task
+  was applied after the read began (``token`` / ``store``), so a row read just
+  before a change never outlives the change's notification;
+- the trigger notifies only for tasks marked ``snapshot_watched``, since a
+  commit that notifies waits for Postgres's one notification lock. A task is
+  marked when its second poll in this process reads a row that may be kept,
+  and only rows read after the mark committed are kept: tasks polled once,
+  or twice with the second poll reading their outcome the first time (most
+  of a busy site's), stay silent.
+
+Rows are keyed by task id and answer only their owner: another caller's poll
+misses and reads the database, which finds nothing of theirs, as today. The
+caller's identity check is left to the caller of :func:`lookup`, unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import weakref
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.core.signals import setting_changed
+from django.db import connections
+from django.dispatch import receiver
+
+from ..conf import settings
+from ..models import TERMINAL_STATUSES, Task, TaskStatus
+
+logger = logging.getLogger("mcptasks.poll_snapshot")
+
+#: The trigger's channel; the payload is the changed task's id.
+CHANNEL = "mcptasks_task"
+#: How long a poll waits for its fence before it reads the database instead.
+FENCE_TIMEOUT_SECONDS = 1.0
+#: The snapshot's connections as ``pg_stat_activity`` names them.
+APPLICATION_NAME = "mcptasks poll snapshot"
+#: Pause before the listener connects again after losing its connection.
+RECONNECT_SECONDS = 0.5
+
+Reader = Callable[[str, str], Awaitable[Task | None]]
+
+
+@dataclass(frozen=True)
+class Stats:
+    """What the snapshot did, for tests and the bench."""
+
+    served: int
+    read: int
+    fences: int
+    invalidated: int
+    flushes: int
+    marked: int
+
+
+class Snapshot:
+    """The poll answers of one event loop, and the listener that keeps them
+    true. Everything runs on that loop, so no step needs a lock."""
+
+    def __init__(self, alias: str, capacity: int) -> None:
+        connection = connections[alias]
+        params = connection.get_connection_params()
+        params.pop("cursor_factory", None)  # Django's is synchronous
+        self.params = {**params, "application_name": APPLICATION_NAME}
+        self.capacity = max(1, capacity)
+        self.sync_channel = f"mcptasks_sync_{secrets.token_hex(8)}"
+        self.rows: dict[str, Task] = {}
+        self.up = False
+        # Notifications applied so far; a read's token is this count when it began.
+        self.applied = 0
+        # Per task id, the count at its last invalidation (bounded; see ``_forget``).
+        self.invalidated_at: dict[str, int] = {}
+        # Rows read with a token below this may not be kept (after a flush, or
+        # after ``invalidated_at`` was pruned).
+        self.floor = 0
+        self.next_batch: asyncio.Future[bool] | None = None
+        self.markers: dict[str, asyncio.Future[bool]] = {}
+        self.marker_count = 0
+        self.sender: asyncio.Task[None] | None = None
+        self.sender_conn: Any = None
+        self.listener: asyncio.Task[None] | None = None
+        self.connections: list[Any] = []
+        # Tasks polled once here, and tasks this process marked watched.
+        self.seen: dict[str, None] = {}
+        self.marked: dict[str, None] = {}
+        self.marking: dict[str, asyncio.Future[bool]] = {}
+        self.counts = {"served": 0, "read": 0, "fences": 0, "invalidated": 0, "flushes": 0, "marked": 0}
+
+    # The narrow API: lookup, store, invalidate, fence ---------------------------------
+
+    def cached(self, task_id: str, owner: str) -> Task | None:
+        """The kept row of ``task_id`` if it belongs to ``owner``."""
+        row = self.rows.get(task_id)
+        return row if row is not None and row.owner == owner else None
+
+    def token(self) -> int:
+        """Taken before a database read; :meth:`store` needs it."""
+        return self.applied
+
+    def store(self, task: Task, token: int) -> bool:
+        """Keep ``task`` (read after ``token`` was taken) if it may be served
+        later and no change of it was applied since the read began."""
+        if not self.up or token < self.floor or self.invalidated_at.get(task.id, -1) > token:
+            return False
+        if not _keepable(task):
+            return False
+        self.rows.pop(task.id, None)
+        self.rows[task.id] = task  # last in insertion order: evicted last
+        while len(self.rows) > self.capacity:
+            self.rows.pop(next(iter(self.rows)))
+        return True
+
+    def invalidate(self, task_id: str) -> None:
+        """A committed change of ``task_id`` (in commit order)."""
+        self.applied += 1
+        self.counts["invalidated"] += 1
+        self.rows.pop(task_id, None)
+        self.invalidated_at[task_id] = self.applied
+        if len(self.invalidated_at) > 4 * self.capacity:
+            self._forget()
+
+    def flush(self) -> None:
+        """Forget everything, and refuse rows whose read began before now."""
+        self.applied += 1
+        self.counts["flushes"] += 1
+        self.rows.clear()
+        self.invalidated_at.clear()
+        self.floor = self.applied
+
+    async def fence(self) -> bool:
+        """Wait until every notification committed before this call has been
+        applied; ``False`` if that cannot be known (listener down, timeout)."""
+        if not self.up:
+            return False
+        self.counts["fences"] += 1
+        batch = self.next_batch
+        if batch is None:
+            batch = self.next_batch = asyncio.get_running_loop().create_future()
+            if self.sender is None or self.sender.done():
+                self.sender = asyncio.ensure_future(self._send_markers())
+        try:
+            return await asyncio.wait_for(asyncio.shield(batch), FENCE_TIMEOUT_SECONDS)
+        except TimeoutError:
+            return False
+
+    async def watch(self, task_id: str) -> None:
+        """After a read found ``task_id``'s row keepable: on its second poll
+        here, mark it watched, so that rows read from then on may be kept
+        (every change committed after the mark notifies). Concurrent polls
+        share one mark."""
+        if task_id in self.marked:
+            return
+        if task_id not in self.seen:
+            _remember(self.seen, task_id, 4 * self.capacity)
+            return
+        marking = self.marking.get(task_id)
+        if marking is None:
+            marking = self.marking[task_id] = asyncio.ensure_future(self._mark(task_id))
+            marking.add_done_callback(lambda _: self.marking.pop(task_id, None))
+        await asyncio.shield(marking)
+
+    async def _mark(self, task_id: str) -> bool:
+        import psycopg
+
+        try:
+            conn = await self._sender_connection()
+            await conn.execute(self.mark_sql, [task_id])
+        except psycopg.Error:
+            logger.warning("the poll snapshot could not mark a task", exc_info=True)
+            self._drop_sender()
+            return False
+        self.counts["marked"] += 1
+        _remember(self.marked, task_id, 4 * self.capacity)
+        return True
+
+    @property
+    def mark_sql(self) -> str:
+        table = connections[Task.objects.db].ops.quote_name(Task._meta.db_table)
+        return f"UPDATE {table} SET snapshot_watched = true WHERE id = %s AND NOT snapshot_watched"
+
+    async def _sender_connection(self) -> Any:
+        import psycopg
+
+        if self.sender_conn is None or self.sender_conn.closed:
+            self.sender_conn = await psycopg.AsyncConnection.connect(**self.params, autocommit=True)
+            self.connections.append(self.sender_conn)
+        return self.sender_conn
+
+    def _drop_sender(self) -> None:
+        _close(self.sender_conn)
+        self.sender_conn = None
+
+    # The listener ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start listening, once (lazily, on the first poll)."""
+        if self.listener is None or self.listener.done():
+            self.listener = asyncio.ensure_future(self._listen())
+
+    async def _listen(self) -> None:
+        import psycopg
+
+        while True:
+            try:
+                async with await psycopg.AsyncConnection.connect(**self.params, autocommit=True) as conn:
+                    self.connections.append(conn)
+                    await conn.execute(f"LISTEN {CHANNEL}")
+                    await conn.execute(f"LISTEN {self.sync_channel}")
+                    # Every change from here on will be heard: start afresh.
+                    self.flush()
+                    self.up = True
+                    async for note in conn.notifies():
+                        if note.channel == CHANNEL:
+                            self.invalidate(note.payload)
+                        else:
+                            self._marker_arrived(note.payload)
+            except Exception:  # any failure: polls read the database until it is back
+                logger.warning("the poll snapshot lost its listener; polls read the database", exc_info=True)
+            finally:
+                self._down()
+            await asyncio.sleep(RECONNECT_SECONDS)
+
+    def _down(self) -> None:
+        self.up = False
+        self.flush()
+        self.connections.clear()
+        for waiting in [*self.markers.values(), *([self.next_batch] if self.next_batch else [])]:
+            if not waiting.done():
+                waiting.set_result(False)
+        self.markers.clear()
+        self.next_batch = None
+
+    async def _send_markers(self) -> None:
+        """Send a marker for the polls gathered so far, wait for it, repeat
+        while more polls gathered meanwhile (so one marker serves many)."""
+        import psycopg
+
+        while self.next_batch is not None and self.up:
+            batch, self.next_batch = self.next_batch, None
+            self.marker_count += 1
+            marker = str(self.marker_count)
+            self.markers[marker] = batch
+            try:
+                conn = await self._sender_connection()
+                await conn.execute("SELECT pg_notify(%s, %s)", [self.sync_channel, marker])
+            except psycopg.Error:
+                logger.warning("the poll snapshot could not send its fence", exc_info=True)
+                self.markers.pop(marker, None)
+                self._drop_sender()
+                if not batch.done():
+                    batch.set_result(False)
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(batch), FENCE_TIMEOUT_SECONDS)
+
+    def _marker_arrived(self, marker: str) -> None:
+        batch = self.markers.pop(marker, None)
+        if batch is not None and not batch.done():
+            batch.set_result(True)
+
+    def _forget(self) -> None:
+        """Drop the invalidation marks; reads begun before now may not be kept."""
+        self.invalidated_at.clear()
+        self.floor = self.applied
+
+    def close(self) -> None:
+        """Stop listening and close the connections without awaiting (the loop
+        may be gone)."""
+        self.up = False
+        for work in (self.listener, self.sender):
+            if work is not None and not work.done() and not work.get_loop().is_closed():
+                work.cancel()
+        for conn in [*self.connections, self.sender_conn]:
+            _close(conn)
+        self.connections.clear()
+        self.sender_conn = None
+
+    def stats(self) -> Stats:
+        return Stats(**self.counts)
+
+
+def _keepable(task: Task) -> bool:
+    """Working tasks (served behind a fence) and finished ones whose outcome
+    was read once (the first read writes its audit mark and event)."""
+    if task.status == TaskStatus.WORKING:
+        return True
+    return task.status in TERMINAL_STATUSES and task.outcome_read_at is not None
+
+
+def _expired(task: Task, now: datetime) -> bool:
+    return task.ttl_ms is not None and now >= task.created_at + timedelta(milliseconds=task.ttl_ms)
+
+
+def _remember(ids: dict[str, None], task_id: str, most: int) -> None:
+    """Add ``task_id``, forgetting the oldest past ``most`` (forgetting only
+    costs a poll or a mark again)."""
+    ids[task_id] = None
+    if len(ids) > most:
+        ids.pop(next(iter(ids)))
+
+
+def _close(conn: Any) -> None:
+    if conn is not None:
+        with contextlib.suppress(Exception):  # already closed
+            conn.pgconn.finish()
+
+
+_snapshots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Snapshot] = weakref.WeakKeyDictionary()
+
+
+def current() -> Snapshot | None:
+    """This event loop's snapshot (its listener started), or ``None`` when
+    the setting is off or the task store is not Postgres."""
+    if not settings.POLL_SNAPSHOT:
+        return None
+    alias = Task.objects.db
+    if connections[alias].vendor != "postgresql":
+        return None
+    loop = asyncio.get_running_loop()
+    snapshot = _snapshots.get(loop)
+    if snapshot is None:
+        for other in [other for other in list(_snapshots) if other.is_closed()]:
+            _snapshots.pop(other).close()  # a loop that ended (tests run one per request)
+        snapshot = _snapshots[loop] = Snapshot(alias, settings.POLL_SNAPSHOT_TASKS)
+        snapshot.start()
+    return snapshot
+
+
+async def lookup(task_id: str, owner: str, read: Reader) -> Task | None:
+    """The owner's task as ``read(task_id, owner)`` would give it now,
+    from the snapshot when that is sound, else read (and kept if it may be)."""
+    snapshot = current()
+    if snapshot is None:
+        return await read(task_id, owner)
+    row = snapshot.cached(task_id, owner)
+    if row is not None and row.status in TERMINAL_STATUSES:
+        if not _expired(row, datetime.now(UTC)):
+            snapshot.counts["served"] += 1
+            return row
+    elif row is not None and await snapshot.fence():
+        row = snapshot.cached(task_id, owner)  # what the fence left is current
+        if row is not None:
+            snapshot.counts["served"] += 1
+            return row
+    marked = task_id in snapshot.marked  # before the read: then its row may be kept
+    token = snapshot.token()
+    task = await read(task_id, owner)
+    snapshot.counts["read"] += 1
+    if task is not None and snapshot.up and _keepable(task):
+        if marked:
+            snapshot.store(task, token)
+        else:
+            await snapshot.watch(task_id)  # for the polls after this one
+    return task
+
+
+def stats() -> Stats | None:
+    """This event loop's snapshot counts, if it has a snapshot."""
+    snapshot = _snapshots.get(asyncio.get_running_loop())
+    return snapshot.stats() if snapshot is not None else None
+
+
+def close_all() -> None:
+    """Stop every loop's listener (between tests, and when settings change)."""
+    for loop in list(_snapshots):
+        _snapshots.pop(loop).close()
+
+
+@receiver(setting_changed)
+def _forget_snapshots(*, setting: str, **kwargs: Any) -> None:
+    if setting in ("DATABASES", "MCPTASKS"):
+        close_all()

@@ -1,0 +1,53 @@
+"""The run queue's depth, as a gauge, where the broker can tell it.
+
+A passive ``queue_declare`` answers with the queue's message count on AMQP
+(RabbitMQ) and on kombu's Redis and in-memory transports: one round trip to
+the broker per reading, made by the metric reader's thread, never by a
+request. A broker that cannot tell (or is down) leaves the reading out.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from celery import current_app
+from opentelemetry.metrics import CallbackOptions, Observation
+
+from ..conf import settings
+from ..telemetry import metrics
+from ..telemetry import names as n
+
+logger = logging.getLogger("mcptasks.telemetry")
+
+_warned: set[str] = set()
+
+
+def run_queues() -> list[str]:
+    app = current_app
+    return [q for q in dict.fromkeys((settings.CELERY_QUEUE, app.conf.task_default_queue)) if q]
+
+
+def depths(options: CallbackOptions | None = None) -> Iterable[Observation]:
+    observations: list[Observation] = []
+    try:
+        with current_app.connection_for_read() as conn:
+            conn.ensure_connection(max_retries=1)
+            channel: Any = conn.default_channel
+            for queue in run_queues():
+                try:
+                    declared = channel.queue_declare(queue=queue, passive=True)
+                except Exception:  # no such queue yet, or a broker that cannot say
+                    continue
+                observations.append(Observation(int(declared.message_count), {n.QUEUE_NAME: queue}))
+    except Exception as exc:
+        kind = type(exc).__name__
+        if kind not in _warned:  # once per kind of failure, not every reading
+            _warned.add(kind)
+            logger.warning("the run queue's depth could not be read: %s", exc)
+    return observations
+
+
+def connect() -> None:
+    metrics.observe("mcptasks.queue.depth", depths, "{message}", "Runs waiting in the Celery queue")

@@ -1,0 +1,346 @@
+"""OpenTelemetry in this process: the endpoint's spans on both eras, the
+run's span tied to the creating request's trace, the input rounds' events,
+the error rules, the modes, and the metrics (the SDK's in-memory exporter
+and reader; tests/support/otel.py)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+from django.urls import path
+from django.utils import timezone
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind, StatusCode
+
+from mcptasks.models import Task
+from mcptasks.tasks import lifecycle
+from mcptasks.telemetry import metrics, runs, scrape, tracing
+from mcptasks.tools.registry import registry, tool
+from mcptasks.worker import dispatch, execution, queue_depth, runner
+from tests.support.factories import make_task, waiting_task
+from tests.support.legacy import DjangoLegacy
+from tests.support.otel import Recorder, fresh
+
+pytestmark = [pytest.mark.django_db(transaction=True)]
+
+CLIENT_TRACE = "0af7651916cd43dd8448eb211c80319c"
+CLIENT_SPAN = "b7ad6b7169203331"
+CLIENT_TRACEPARENT = f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01"
+OTHER_TRACEPARENT = "00-11111111111111111111111111111111-2222222222222222-01"
+
+
+@pytest.fixture
+def otel() -> Iterator[Recorder]:
+    yield from fresh()
+
+
+@pytest.fixture
+def temp_tool() -> Iterator:
+    names: list[str] = []
+
+    def register(**options):
+        def decorate(func):
+            tool(func, **options)
+            names.append(func.__name__)
+            return func
+
+        return decorate
+
+    yield register
+    for name in names:
+        registry.unregister(name)
+
+
+def run(task_id: str) -> str:
+    """One run, as the Celery job makes it."""
+    return runs.traced(execution.run_task, task_id)
+
+
+def hex_trace(span) -> str:
+    return format(span.context.trace_id, "032x")
+
+
+def only(rec: Recorder, name: str):
+    spans = rec.named(name)
+    assert len(spans) == 1, [s.name for s in rec.finished()]
+    return spans[0]
+
+
+# The 2026-07-28 era ----------------------------------------------------------------
+
+
+def test_a_task_s_runs_and_polls_share_the_client_s_trace(rpc, otel, transition_paths):
+    created_before = otel.total("mcptasks.task.created", **{"gen_ai.tool.name": "failing_job"})
+    reply = rpc.call_tool("failing_job", meta_extra={"traceparent": CLIENT_TRACEPARENT})
+    task_id = reply.result["taskId"]
+
+    call = only(otel, "tools/call failing_job")
+    assert call.kind == SpanKind.SERVER
+    assert hex_trace(call) == CLIENT_TRACE
+    assert format(call.parent.span_id, "016x") == CLIENT_SPAN
+    attributes = dict(call.attributes)
+    assert attributes["mcp.method.name"] == "tools/call"
+    assert attributes["mcp.protocol.version"] == "2026-07-28"
+    assert attributes["jsonrpc.request.id"] == str(reply.request["id"])
+    assert attributes["gen_ai.tool.name"] == "failing_job"
+    assert attributes["gen_ai.operation.name"] == "execute_tool"
+    assert attributes["mcptasks.task.id"] == task_id
+    assert "mcp.session.id" not in attributes and "error.type" not in attributes
+    # The row keeps the creating span's context: what a redelivered run reads.
+    traceparent = Task.objects.get(pk=task_id).trace_context["traceparent"]
+    assert traceparent == f"00-{CLIENT_TRACE}-{format(call.context.span_id, '016x')}-01"
+
+    assert run(task_id) == "completed"
+    run_span = only(otel, "execute_tool failing_job")
+    assert run_span.kind == SpanKind.CONSUMER
+    assert hex_trace(run_span) == CLIENT_TRACE
+    assert run_span.parent.span_id == call.context.span_id
+    assert run_span.attributes["mcptasks.task.id"] == task_id
+    assert run_span.attributes["mcptasks.run.attempt"] == 1
+    assert run_span.attributes["mcptasks.run.outcome"] == "completed"
+    assert [e.name for e in run_span.events] == ["mcptasks.run.outcome"]
+
+    poll = rpc.tasks_get(task_id)
+    assert poll.result["status"] == "completed"
+    get_span = only(otel, "tasks/get")
+    assert get_span.attributes["mcptasks.task.id"] == task_id
+
+    tool = {"gen_ai.tool.name": "failing_job"}
+    assert otel.total("mcptasks.task.created", **tool) - created_before == 1
+    assert otel.total("mcptasks.task.started", **tool) >= 1
+    assert otel.total("mcptasks.task.completed", **tool) >= 1
+    assert otel.total("mcptasks.task.queue.wait", **tool) >= 1
+    assert otel.total("mcptasks.task.run.duration", **tool, **{"mcptasks.run.outcome": "completed"}) >= 1
+    assert otel.total("mcp.server.operation.duration", **{"mcp.method.name": "tools/call", **tool}) >= 1
+    assert otel.total("mcp.server.operation.duration", **{"mcp.method.name": "tasks/get"}) >= 1
+
+
+def test_meta_trace_context_comes_before_the_headers(rpc, otel):
+    rpc.request(
+        "tools/list", meta_extra={"traceparent": CLIENT_TRACEPARENT}, headers={"traceparent": OTHER_TRACEPARENT}
+    )
+    assert hex_trace(only(otel, "tools/list")) == CLIENT_TRACE
+    otel.clear()
+    rpc.request("tools/list", headers={"traceparent": OTHER_TRACEPARENT})
+    assert hex_trace(only(otel, "tools/list")) == "1" * 32
+
+
+def test_input_rounds_are_events_of_runs_in_one_trace(rpc, otel):
+    task_id = rpc.call_tool("multi_input", meta_extra={"traceparent": CLIENT_TRACEPARENT}).result["taskId"]
+    creating = only(otel, "tools/call multi_input")
+    assert run(task_id) == "input_required"
+    answer = {"action": "accept", "content": {"name": "x"}}
+    update = rpc.request("tasks/update", {"taskId": task_id, "inputResponses": {"first": answer, "second": answer}})
+    assert update.ok, update
+    assert only(otel, "tasks/update").attributes["mcptasks.task.id"] == task_id
+    assert run(task_id) == "completed"
+    first, second = sorted(otel.named("execute_tool multi_input"), key=lambda s: s.start_time)
+    for span in (first, second):
+        assert span.parent.span_id == creating.context.span_id and hex_trace(span) == CLIENT_TRACE
+    asked = [e for e in first.events if e.name == "mcptasks.input.asked"]
+    assert [tuple(e.attributes["mcptasks.input.keys"]) for e in asked] == [("first", "second")]
+    assert first.attributes["mcptasks.run.outcome"] == "input_required"
+    answered = [e for e in second.events if e.name == "mcptasks.input.answered"]
+    assert [tuple(e.attributes["mcptasks.input.keys"]) for e in answered] == [("first", "second")]
+    assert second.attributes["mcptasks.run.outcome"] == "completed"
+
+
+def test_client_errors_are_not_server_errors(rpc, otel):
+    rpc.validate = False
+    assert rpc.request("no/such/method").error["code"] == -32601
+    span = only(otel, "no/such/method")
+    assert span.attributes["error.type"] == "-32601"
+    assert span.attributes["rpc.response.status_code"] == "-32601"
+    assert span.status.status_code == StatusCode.UNSET
+    assert rpc.call_tool("greet", {"name": 3}).error["code"] == -32602
+    assert only(otel, "tools/call greet").status.status_code == StatusCode.UNSET
+    points = otel.points("mcp.server.operation.duration")
+    assert any(p.attributes.get("error.type") == "-32601" for p in points)
+
+
+def test_a_tool_error_and_a_server_error_are_errors(rpc, otel):
+    assert rpc.call_tool("test_error_handling").result["isError"] is True
+    span = only(otel, "tools/call test_error_handling")
+    assert span.attributes["error.type"] == "tool_error"
+    assert span.status.status_code == StatusCode.ERROR
+    task_id = rpc.call_tool("protocol_error_job").result["taskId"]
+    assert run(task_id) == "failed"
+    run_span = only(otel, "execute_tool protocol_error_job")
+    assert run_span.status.status_code == StatusCode.ERROR
+    otel.clear()
+    failed = rpc.tasks_get(task_id).result
+    assert failed["status"] == "failed"
+    assert only(otel, "tasks/get").status.status_code == StatusCode.UNSET  # the poll itself succeeded
+
+
+def test_an_instrumentation_s_server_span_keeps_ours_internal(rpc, otel):
+    outer_tracer = trace.get_tracer("an.instrumentation")
+    with outer_tracer.start_as_current_span("POST /mcp", kind=SpanKind.SERVER) as outer:
+        rpc.request("tools/list", meta_extra={"traceparent": CLIENT_TRACEPARENT})
+    ours = only(otel, "tools/list")
+    assert ours.kind == SpanKind.INTERNAL
+    assert ours.parent.span_id == outer.get_span_context().span_id
+    assert [format(link.context.trace_id, "032x") for link in ours.links] == [CLIENT_TRACE]
+    assert [s.kind for s in otel.finished()].count(SpanKind.SERVER) == 1
+
+
+def test_run_links_mode_starts_a_linked_trace(rpc, otel, settings):
+    settings.MCPTASKS = {**settings.MCPTASKS, "TELEMETRY_RUN_LINKS": True}
+    task_id = rpc.call_tool("failing_job", meta_extra={"traceparent": CLIENT_TRACEPARENT}).result["taskId"]
+    call = only(otel, "tools/call failing_job")
+    run(task_id)
+    run_span = only(otel, "execute_tool failing_job")
+    assert run_span.parent is None and hex_trace(run_span) != CLIENT_TRACE
+    assert [link.context.span_id for link in run_span.links] == [call.context.span_id]
+
+
+# Modes ---------------------------------------------------------------------------------
+
+
+def test_off_records_nothing_and_keeps_no_context(rpc, otel, settings):
+    settings.MCPTASKS = {**settings.MCPTASKS, "TELEMETRY": "off"}
+    created = otel.total("mcptasks.task.created")
+    task_id = rpc.call_tool("failing_job", meta_extra={"traceparent": CLIENT_TRACEPARENT}).result["taskId"]
+    run(task_id)
+    rpc.tasks_get(task_id)
+    assert otel.finished() == []
+    assert Task.objects.get(pk=task_id).trace_context is None
+    assert otel.total("mcptasks.task.created") == created
+
+
+def test_propagation_carries_the_client_s_context_to_the_run(rpc, otel, settings, temp_tool):
+    settings.MCPTASKS = {**settings.MCPTASKS, "TELEMETRY": "propagation"}
+    seen: list[str] = []
+
+    @temp_tool(task="required", description="Notes the current trace.")
+    def note_trace() -> str:
+        seen.append(format(trace.get_current_span().get_span_context().trace_id, "032x"))
+        return "ok"
+
+    task_id = rpc.call_tool("note_trace", meta_extra={"traceparent": CLIENT_TRACEPARENT}).result["taskId"]
+    assert Task.objects.get(pk=task_id).trace_context["traceparent"] == CLIENT_TRACEPARENT
+    assert run(task_id) == "completed"
+    assert seen == [CLIENT_TRACE]
+    assert otel.finished() == []
+
+
+# The 2025-11-25 era ----------------------------------------------------------------
+
+
+def test_legacy_calls_carry_their_session_and_the_run_joins_the_trace(client, otel):
+    session = DjangoLegacy(client)
+    session.initialize()
+    assert only(otel, "initialize").attributes["mcp.protocol.version"] == "2025-11-25"
+    otel.clear()
+    reply = session.call_tool(
+        "slow_compute", {"seconds": 0, "label": "old"}, task={"ttl": 60_000}, _meta={"traceparent": CLIENT_TRACEPARENT}
+    )
+    task_id = reply.result["task"]["taskId"]
+    call = only(otel, "tools/call slow_compute")
+    assert call.kind == SpanKind.SERVER and hex_trace(call) == CLIENT_TRACE
+    assert call.attributes["mcp.protocol.version"] == "2025-11-25"
+    assert call.attributes["mcp.session.id"] == session.session_id
+    assert call.attributes["mcptasks.task.id"] == task_id
+    assert run(task_id) == "completed"
+    assert only(otel, "execute_tool slow_compute").parent.span_id == call.context.span_id
+    session.request("tasks/get", {"taskId": task_id})
+    assert only(otel, "tasks/get").attributes["mcptasks.task.id"] == task_id
+    assert session.request("no/such").error["code"] == -32601
+    assert only(otel, "no/such").status.status_code == StatusCode.UNSET
+
+
+# Metrics ----------------------------------------------------------------------------------
+
+
+def test_gauges_read_the_counter_table_and_the_waiting_tasks(otel):
+    make_task(tool="slow_compute")
+    waiting_task()
+    readings = {o.attributes["mcptasks.task.status"]: o.value for o in metrics.active_tasks()}
+    assert readings == {"working": 1, "input_required": 1}
+
+
+def test_the_queue_depth_gauge_reads_the_broker(otel):
+    queue = queue_depth.run_queues()[0]
+    task = make_task(tool="slow_compute")
+    before = {o.attributes["messaging.destination.name"]: o.value for o in queue_depth.depths()}
+    dispatch.enqueue_run(task.id)
+    after = {o.attributes["messaging.destination.name"]: o.value for o in queue_depth.depths()}
+    assert after[queue] == before.get(queue, 0) + 1
+
+
+def test_cancelled_and_expired_tasks_are_counted(otel):
+    task = make_task(tool="slow_compute")
+    cancelled = otel.total("mcptasks.task.cancelled", **{"gen_ai.tool.name": "slow_compute"})
+    expired = otel.total("mcptasks.task.expired")
+    assert lifecycle.cancel(task.id, actor="client:alice")
+    Task.objects.filter(pk=task.id).update(expires_at=timezone.now() - timedelta(seconds=1))
+    assert lifecycle.prune_expired() == 1
+    assert otel.total("mcptasks.task.cancelled", **{"gen_ai.tool.name": "slow_compute"}) - cancelled == 1
+    assert otel.total("mcptasks.task.expired") - expired == 1
+
+
+def test_run_and_its_children_get_the_otel_environment(monkeypatch):
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318")
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "site")
+    env = runner.child_environment("project")
+    assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://collector:4318" and env["OTEL_SERVICE_NAME"] == "site"
+    assert os.environ["OTEL_SERVICE_NAME"] == "site"
+
+
+def test_a_poll_has_its_span_on_either_path(poll_rpc, otel):
+    task_id = poll_rpc.call_tool("failing_job").result["taskId"]
+    otel.clear()
+    reply = poll_rpc.request("tasks/get", {"taskId": task_id}, meta_extra={"traceparent": CLIENT_TRACEPARENT})
+    assert reply.result["status"] == "working"
+    span = only(otel, "tasks/get")
+    assert span.kind == SpanKind.SERVER and hex_trace(span) == CLIENT_TRACE
+    assert span.attributes["mcptasks.task.id"] == task_id
+    assert span.attributes["mcp.method.name"] == "tasks/get"
+    assert otel.total("mcp.server.operation.duration", **{"mcp.method.name": "tasks/get"}) >= 1
+
+
+# The Prometheus scrape view ------------------------------------------------------
+
+
+#: Mounted as a site would (the test URLconf below).
+urlpatterns = [path("metrics", scrape.metrics_view)]
+
+
+def test_the_scrape_view_is_for_staff_or_the_token(client, otel, settings, django_user_model):
+    settings.ROOT_URLCONF = __name__
+    settings.MCPTASKS = {**settings.MCPTASKS, "METRICS_TOKEN": "s3cret-token"}
+    make_task(tool="slow_compute")
+    assert client.get("/metrics").status_code == 404
+    assert client.get("/metrics", headers={"Authorization": "Bearer wrong"}).status_code == 404
+    by_token = client.get("/metrics", headers={"Authorization": "Bearer s3cret-token"})
+    assert by_token.status_code == 200 and b"mcptasks_task_created" in by_token.content
+    user = django_user_model.objects.create_user("plain", password="pw")
+    client.force_login(user)
+    assert client.get("/metrics").status_code == 404
+    user.is_staff = True
+    user.save()
+    by_staff = client.get("/metrics")
+    assert by_staff.status_code == 200 and b"mcptasks_task_created" in by_staff.content
+
+
+def test_a_celery_instrumentation_s_span_is_linked_not_the_parent(rpc, otel):
+    task_id = rpc.call_tool("failing_job", meta_extra={"traceparent": CLIENT_TRACEPARENT}).result["taskId"]
+    call = only(otel, "tools/call failing_job")
+    with trace.get_tracer("a.celery.instrumentation").start_as_current_span(
+        "run/mcptasks.run_task", kind=SpanKind.CONSUMER
+    ) as job:
+        run(task_id)
+    run_span = only(otel, "execute_tool failing_job")
+    assert run_span.parent.span_id == call.context.span_id
+    assert [link.context.span_id for link in run_span.links] == [job.get_span_context().span_id]
+
+
+def test_native_without_an_sdk_still_carries_the_client_s_context(rpc, otel, monkeypatch):
+    monkeypatch.setattr(tracing, "sdk_installed", lambda: False)
+    task_id = rpc.call_tool("failing_job", meta_extra={"traceparent": CLIENT_TRACEPARENT}).result["taskId"]
+    assert Task.objects.get(pk=task_id).trace_context["traceparent"] == CLIENT_TRACEPARENT
+    assert run(task_id) == "completed"
+    assert otel.finished() == []

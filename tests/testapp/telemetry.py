@@ -1,0 +1,133 @@
+"""The test site's OpenTelemetry SDK: the example site's setup
+(project/telemetry.py), line for line below this docstring (a test keeps the
+two the same), since the test site imports nothing from the example site.
+tests/test_live_telemetry.py runs a stack with it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+logger = logging.getLogger("mcptasks.telemetry")
+
+_lock = threading.Lock()
+_configured = False
+
+
+def prometheus_wanted() -> bool:
+    """``OTEL_METRICS_EXPORTER`` names ``prometheus``: the web process keeps
+    its metrics for the ``/metrics`` scrape view."""
+    return "prometheus" in os.environ.get("OTEL_METRICS_EXPORTER", "").lower().split(",")
+
+
+def endpoint_named() -> bool:
+    return any(
+        os.environ.get(name)
+        for name in (
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+        )
+    )
+
+
+def configure() -> bool:
+    """Set the global tracer and meter providers once per process, when an
+    endpoint is named and ``OTEL_SDK_DISABLED`` is not ``true``. Returns
+    whether this call set them."""
+    global _configured
+    otlp = endpoint_named()
+    if not (otlp or prometheus_wanted()) or os.environ.get("OTEL_SDK_DISABLED", "").lower() == "true":
+        return False
+    with _lock:
+        if _configured:
+            return False
+        _configured = True
+    from opentelemetry import metrics, trace
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+    resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", "mcptasks")})
+    readers: list[Any] = []
+    if otlp:
+        readers.append(PeriodicExportingMetricReader(OTLPMetricExporter()))
+    if prometheus_wanted():
+        from opentelemetry.exporter.prometheus import PrometheusMetricReader
+
+        readers.append(PrometheusMetricReader())
+    meter_provider = MeterProvider(resource=resource, metric_readers=readers)
+    metrics.set_meter_provider(meter_provider)
+    dropped = metrics.get_meter("mcptasks.telemetry").create_counter(
+        "mcptasks.telemetry.dropped", unit="{item}", description="Spans or metric batches this process could not export"
+    )
+
+    class CountingExporter(SpanExporter):
+        """The OTLP exporter, counting what a failed export loses."""
+
+        def __init__(self, inner: SpanExporter) -> None:
+            self.inner = inner
+            self.warned = False
+
+        def export(self, spans: Sequence[Any]) -> SpanExportResult:
+            try:
+                result = self.inner.export(spans)
+            except Exception:
+                result = SpanExportResult.FAILURE
+            if result is not SpanExportResult.SUCCESS:
+                dropped.add(len(spans), {"error.type": "export_failed", "signal": "spans"})
+                if not self.warned:
+                    self.warned = True
+                    logger.warning(
+                        "telemetry: the collector did not take %d spans; drops are counted from now on", len(spans)
+                    )
+            return result
+
+        def shutdown(self) -> None:
+            self.inner.shutdown()
+
+        def force_flush(self, timeout_millis: int = 30000) -> bool:
+            return self.inner.force_flush(timeout_millis)
+
+    if not otlp:
+        _log_drops_once(dropped)
+        return True  # metrics for the scrape view only
+    tracer_provider = TracerProvider(resource=resource)
+    tracer_provider.add_span_processor(BatchSpanProcessor(CountingExporter(OTLPSpanExporter())))
+    trace.set_tracer_provider(tracer_provider)
+    _log_drops_once(dropped)  # after the imports above: their loggers exist now
+    return True
+
+
+def _log_drops_once(dropped: Any) -> None:
+    """The SDK and the exporters log every drop and every failed export:
+    let the first of each kind through, per process, and count the drops."""
+
+    class OncePerKind(logging.Filter):
+        seen: set[str] = set()
+
+        def filter(self, record: logging.LogRecord) -> bool:
+            if record.levelno < logging.WARNING:
+                return True
+            message = record.getMessage()
+            if message.startswith("Queue full"):
+                dropped.add(1, {"error.type": "queue_full", "signal": "spans"})
+            elif message.startswith("Failed to export metrics"):
+                dropped.add(1, {"error.type": "export_failed", "signal": "metrics"})
+            if message in OncePerKind.seen or len(OncePerKind.seen) >= 256:
+                return False
+            OncePerKind.seen.add(message)
+            return True
+
+    once = OncePerKind()
+    for name, found in list(logging.Logger.manager.loggerDict.items()):
+        if name.startswith("opentelemetry") and isinstance(found, logging.Logger):
+            found.addFilter(once)
