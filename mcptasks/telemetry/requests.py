@@ -3,7 +3,7 @@
 The web layer calls :func:`open_request` on the event loop before it hands
 the message to a thread (the thread's copy of the context then has the span
 current, so a task created there stores it), :func:`note_reply` where the
-reply is known, and :func:`close_request` when it is sent. Polls answered on
+reply is known, and :func:`close_request` when it is sent. Requests answered on
 the event loop report once, with :func:`served_on_loop`, except a creation
 there, which opens its span first (its row stores it) and abandons it
 (:func:`abandon_request`) when the thread path serves the request after all.
