@@ -195,6 +195,9 @@ async def _serve_on_loop(scope: Scope, body: bytes) -> Any:
         return None
     except ProtocolError as exc:
         reply = error_reply(exc, message.id, status=modern.http_status(exc))
+    except BaseException:
+        request_telemetry.abandon_request(opened)  # the thread path serves it, in a span of its own
+        raise
     else:
         reply = result_reply(message.id, result)
     if opened is None:
