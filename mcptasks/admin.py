@@ -33,7 +33,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 
 from .admin_overview import overview_urls
 from .models import ACTIVE_STATUSES, TERMINAL_STATUSES, InputRequest, Task, TaskEvent
-from .tasks import lifecycle
+from .tasks import lifecycle, sql
 from .tools.registry import registry
 
 #: Above this many matching rows the change list says "more than N" instead
@@ -89,8 +89,7 @@ class EstimatedCountPaginator(Paginator):  # type: ignore[type-arg]
             return None
         with connection.cursor() as cursor:
             cursor.execute(
-                "SELECT reltuples::bigint FROM pg_class WHERE oid = to_regclass(%s)",
-                [connection.ops.quote_name(qs.model._meta.db_table)],
+                sql.STATEMENTS["table_size_estimate"], {"table": connection.ops.quote_name(qs.model._meta.db_table)}
             )
             row = cursor.fetchone()
         # -1: never analyzed (Postgres 14+); count it, it is small or new.

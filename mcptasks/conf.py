@@ -109,6 +109,10 @@ class MCPTasksSettings:
     #: Database connections per web process for polls served on the event
     #: loop (a poll holds one for a single SELECT, so a few go a long way).
     POLL_CONNECTIONS: int = 4
+    #: Prepare the raw statements (Postgres) server-side, once per connection.
+    #: Turn off behind a pooler that cannot keep them (PgBouncer in
+    #: transaction mode before 1.21, or without ``max_prepared_statements``).
+    PREPARE_STATEMENTS: bool = True
     #: Answer polls of unchanged tasks from a per-process snapshot kept true
     #: by Postgres LISTEN/NOTIFY (``mcptasks.tasks.poll_snapshot``), without a
     #: database read. ``False``: every poll reads the database. Postgres only.

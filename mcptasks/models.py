@@ -10,13 +10,10 @@ import functools
 import json
 import secrets
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
 from django.db import models
 from django.db.models import Q
-
-if TYPE_CHECKING:
-    from django.db.backends.base.base import BaseDatabaseWrapper
 
 
 def new_task_id() -> str:
@@ -54,56 +51,6 @@ def _datetime_fields(model: type[models.Model]) -> frozenset[str]:
 
 
 class TaskManager(models.Manager["Task"]):
-    _lookup_sql: str | None = None
-    _LOOKUP_FIELDS = (
-        "id",
-        "owner",
-        "tool_name",
-        "era",
-        "status",
-        "status_message",
-        "result",
-        "error",
-        "created_at",
-        "updated_at",
-        "ttl_ms",
-        "poll_interval_ms",
-        "outcome_read_at",
-    )
-
-    def lookup(self, task_id: str, owner: str) -> Task | None:
-        """The owner's task, or ``None``: the polling hot path. One primary-key
-        query with the columns a DetailedTask needs, without the ORM's
-        per-query compilation (``mcptasks.tasks.loop_reads`` runs the same
-        statement on the event loop)."""
-        from django.db import connections
-
-        connection = connections[self.db]
-        with connection.cursor() as cursor:
-            cursor.execute(self.lookup_sql(connection), [task_id, owner])
-            row = cursor.fetchone()
-        if row is None:
-            return None
-        return self.from_row(self._LOOKUP_FIELDS, row)
-
-    def lookup_sql(self, connection: BaseDatabaseWrapper) -> str:
-        """:meth:`lookup`'s statement (parameters: the task id, the owner)."""
-        statement = self._lookup_sql
-        if statement is None:
-            meta = self.model._meta
-            # Each name is a concrete field (a column), never a relation's reverse side.
-            column = {f: cast("models.Field[Any, Any]", meta.get_field(f)).column for f in self._LOOKUP_FIELDS}
-            columns = ", ".join(connection.ops.quote_name(column[f]) for f in self._LOOKUP_FIELDS)
-            pk, owner_col = (connection.ops.quote_name(column[f]) for f in ("id", "owner"))
-            statement = TaskManager._lookup_sql = (
-                f"SELECT {columns} FROM {connection.ops.quote_name(meta.db_table)} WHERE {pk} = %s AND {owner_col} = %s"
-            )
-        return statement
-
-    def lookup_fields(self) -> tuple[str, ...]:
-        """The fields of :meth:`lookup_sql`'s row, in order."""
-        return self._LOOKUP_FIELDS
-
     def from_row(self, names: Sequence[str], row: Sequence[Any]) -> Task:
         """A task from a raw SQL row holding the fields ``names``, in order.
         JSON columns arrive as text from Django's Postgres loader. SQLite's

@@ -178,9 +178,9 @@ def _close_loop_connections() -> Iterator[None]:
     """Polls served on an event loop keep connections per loop; the tests'
     loops end with each request, so their connections go with each test."""
     yield
-    from mcptasks.tasks import loop_reads
+    from mcptasks.tasks import sql as task_sql
 
-    loop_reads.close_pools()
+    task_sql.close_pools()
 
 
 @pytest.fixture
@@ -216,7 +216,7 @@ def loop_served(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     from mcptasks.web import asgi
 
     served: list[int] = []
-    poll_on_loop = asgi._poll_on_loop
+    poll_on_loop = asgi._serve_on_loop
 
     async def counted(scope: Any, body: bytes) -> Any:
         response = await poll_on_loop(scope, body)
@@ -224,15 +224,35 @@ def loop_served(monkeypatch: pytest.MonkeyPatch) -> list[int]:
             served.append(response.status_code)
         return response
 
-    monkeypatch.setattr(asgi, "_poll_on_loop", counted)
+    monkeypatch.setattr(asgi, "_serve_on_loop", counted)
     return served
+
+
+@pytest.fixture
+def loop_runs(settings: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A Redis broker for the runs that task creations on the event loop
+    publish (the tests' own broker is in-process, which the loop cannot
+    reach), on a queue of this test's own; yields the queue's name."""
+    import uuid
+
+    import redis
+
+    from mcptasks.worker import messages
+
+    url = os.environ.get("MCPTASKS_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+    queue = f"mcptasks-loop-runs-{uuid.uuid4().hex[:8]}"
+    settings.MCPTASKS = {**settings.MCPTASKS, "CELERY_QUEUE": queue}
+    monkeypatch.setattr(messages, "_broker_url", lambda: url)
+    yield queue
+    redis.Redis.from_url(url).delete(queue)
 
 
 @pytest.fixture(params=["thread", "loop"])
 def poll_rpc(request: Any, rpc: DjangoRpc, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    """A modern-wire client for tests of tasks/get, once per path a poll can
-    take: Django's request on a worker thread (``rpc``), and the ASGI route's
-    event loop, which must then have served the test's polls."""
+    """A modern-wire client for tests of the task methods and task creation,
+    once per path they can take: Django's request on a worker thread
+    (``rpc``), and the ASGI route's event loop (its runs published to Redis,
+    ``loop_runs``), which must then have served the test's polls."""
     if request.param == "thread":
         yield rpc
         return
@@ -241,6 +261,7 @@ def poll_rpc(request: Any, rpc: DjangoRpc, monkeypatch: pytest.MonkeyPatch) -> I
     if connection.vendor != "postgresql":
         pytest.skip(postgres_only.LOOP_POLLS_REASON)
     request.getfixturevalue("redis_poll_throttle")
+    request.getfixturevalue("loop_runs")
     from tests.support.asgi import AsgiRpc
 
     served = request.getfixturevalue("loop_served")

@@ -79,18 +79,22 @@ def test_polls_fall_back_to_the_thread_path_off_postgres(loop_served, redis_poll
 
 
 @postgres_only.LOOP_POLLS
-def test_a_finished_task_is_read_on_the_loop_after_its_audited_first_read(rpc, loop_served, redis_poll_throttle):
-    """The first read of an outcome writes its audit event (on a thread, as
-    before); later reads are served on the loop and say the same."""
+def test_the_first_read_of_an_outcome_is_served_and_audited_on_the_loop(rpc, loop_served, redis_poll_throttle):
+    """The first read of an outcome writes its audit event in the read's own
+    statement, on the loop; later reads, on either path, say the same and
+    write nothing."""
     from mcptasks.models import TaskEvent
 
     done = completed_task(owner="anonymous")
     asgi_rpc = AsgiRpc()
+    asgi_rpc.tasks_get(running_task(owner="anonymous").id)  # identifies the caller, on a thread
+    loop_served.clear()
     first = asgi_rpc.tasks_get(done.id)
-    assert loop_served == []
-    assert TaskEvent.objects.filter(task_id=done.id, kind="result_retrieved").count() == 1
-    again = asgi_rpc.tasks_get(done.id)
     assert loop_served == [200]
+    (event,) = TaskEvent.objects.filter(task_id=done.id, kind="result_retrieved")
+    assert (event.actor, event.detail) == ("client:anonymous", {"status": "completed"})
+    again = asgi_rpc.tasks_get(done.id)
+    assert loop_served == [200, 200]
     on_thread = rpc.tasks_get(done.id)
     assert TaskEvent.objects.filter(task_id=done.id, kind="result_retrieved").count() == 1
     drop_id = lambda reply: {k: v for k, v in reply.body.items() if k != "id"}  # noqa: E731
@@ -120,14 +124,14 @@ def test_the_poll_throttle_answers_429_on_the_loop(rpc, settings, loop_served, r
 def test_database_down_is_the_same_503_on_both_paths(rpc, settings, monkeypatch, loop_served, redis_poll_throttle):
     from django.db import connection
 
-    from mcptasks.tasks import loop_reads
+    from mcptasks.tasks import sql as task_sql
 
     task = running_task(owner="anonymous")
     asgi_rpc = AsgiRpc()
     assert asgi_rpc.tasks_get(task.id).ok
     assert asgi_rpc.tasks_get(task.id).ok and loop_served == [200]
     # Nothing listens on port 1: every new connection, on the loop or a thread, fails.
-    loop_reads.close_pools()
+    task_sql.close_pools()
     connection.close()
     with monkeypatch.context() as patched:
         patched.setitem(connection.settings_dict, "PORT", "1")
@@ -222,13 +226,14 @@ def test_the_loop_keeps_no_connection_past_conn_max_age(loop_served, redis_poll_
     from django.core.asgi import get_asgi_application
     from django.db import connection
 
-    from mcptasks.tasks import loop_reads, poll_snapshot
+    from mcptasks.tasks import poll_snapshot
+    from mcptasks.tasks import sql as task_sql
     from mcptasks.web.asgi import mcp_router
     from tests.support.asgi import apost
     from tests.support.rpc import build_headers, build_meta
 
     monkeypatch.setitem(connection.settings_dict, "CONN_MAX_AGE", 0)
-    loop_reads.close_pools()  # what earlier tests' loops kept
+    task_sql.close_pools()  # what earlier tests' loops kept
     task = running_task(owner="anonymous")
     assert AsgiRpc().tasks_get(task.id).ok  # the caller, identified on a thread
     params = {"taskId": task.id, "_meta": build_meta()}

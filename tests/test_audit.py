@@ -15,7 +15,7 @@ from django.utils import timezone
 from mcptasks import signals
 from mcptasks.audit import JsonFormatter
 from mcptasks.models import Task, TaskEvent
-from mcptasks.tasks import lifecycle
+from mcptasks.tasks import lifecycle, reads
 from tests.support.factories import WORKER, accept, completed_task, make_task, running_task, waiting_task
 
 pytestmark = pytest.mark.django_db
@@ -149,7 +149,7 @@ def test_retrieval_of_a_finished_task_is_logged_each_time_and_recorded_once(capl
     assert lifecycle.note_result_retrieved(task, actor="client:alice") is True
     with django_assert_num_queries(0):  # later reads: the row carries the mark
         assert lifecycle.note_result_retrieved(task, actor="client:alice") is False
-    polled = Task.objects.lookup(task.id, "alice")  # as a later tasks/get reads it
+    polled = reads.lookup(task.id, "alice")  # as a later tasks/get reads it
     assert polled.outcome_read_at is not None
     with django_assert_num_queries(0):
         assert lifecycle.note_result_retrieved(polled, actor="client:alice") is False

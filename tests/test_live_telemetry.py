@@ -153,8 +153,12 @@ def test_the_worker_s_run_is_in_the_client_s_trace(otel_stack: live.LiveStack, r
         ]
         return runs[0] if runs else None
 
+    def call_spans() -> list[ReceivedSpan]:
+        return [s for s in received.named("tools/call slow_compute") if s.attributes.get("mcptasks.task.id") == task_id]
+
     run = wait_until(run_span, timeout=60, explain=lambda: f"{received.spans}\n{otel_stack.logs()}")
-    calls = [s for s in received.named("tools/call slow_compute") if s.attributes.get("mcptasks.task.id") == task_id]
+    # The web process exports on its own schedule: its span may arrive after the worker's.
+    calls = wait_until(call_spans, timeout=60, explain=lambda: f"{received.spans}\n{otel_stack.logs()}")
     assert len(calls) == 1, received.spans
     call = calls[0]
     assert (call.trace_id, call.parent_id) == (CLIENT_TRACE, CLIENT_SPAN)

@@ -19,7 +19,8 @@ from django.db import connection
 from django.utils import timezone
 
 from mcptasks.models import Task, TaskStatus
-from mcptasks.tasks import loop_reads, poll_snapshot
+from mcptasks.tasks import poll_snapshot
+from mcptasks.tasks import reads as task_reads
 from mcptasks.web.asgi import mcp_router
 from tests.support import postgres_only
 from tests.support.asgi import apost
@@ -161,7 +162,7 @@ def change(task_id: str, **values: Any) -> Awaitable[int]:
 
 @on_postgres
 def test_the_trigger_watches_every_column_a_poll_reads():
-    polled = {Task._meta.get_field(name).column for name in Task.objects.lookup_fields()}
+    polled = {Task._meta.get_field(name).column for name in task_reads.LOOKUP_FIELDS}
     assert polled == set(trigger_migration.POLLED_COLUMNS)
     with connection.cursor() as cursor:
         cursor.execute("SELECT tgname FROM pg_trigger WHERE tgrelid = %s::regclass", [Task._meta.db_table])
@@ -192,23 +193,23 @@ def test_a_committed_change_drops_the_row():
 
     async def scenario() -> tuple[bool, bool, bool]:
         snapshot = await listening()
-        await poll_snapshot.lookup(task.id, task.owner, loop_reads.lookup)
+        await poll_snapshot.lookup(task.id, task.owner, task_reads.alookup)
         assert snapshot.cached(task.id, task.owner) is None, "a task polled once is not kept"
         await change(task.id, status_message="unwatched", updated_at=timezone.now())
         assert await snapshot.fence() and snapshot.stats().invalidated == 0, "a task nobody keeps is silent"
-        await poll_snapshot.lookup(task.id, task.owner, loop_reads.lookup)  # marks it
+        await poll_snapshot.lookup(task.id, task.owner, task_reads.alookup)  # marks it
         assert await asyncio.to_thread(lambda: Task.objects.filter(pk=task.id, snapshot_watched=True).exists())
         assert snapshot.cached(task.id, task.owner) is None, "a row read before the mark is not kept"
-        await poll_snapshot.lookup(task.id, task.owner, loop_reads.lookup)
+        await poll_snapshot.lookup(task.id, task.owner, task_reads.alookup)
         kept = snapshot.cached(task.id, task.owner) is not None
         await change(task.id, lease_expires_at=timezone.now() + timedelta(minutes=5))  # not polled
         await change(task.id, status_message="half way", updated_at=timezone.now())
         await until(lambda: snapshot.cached(task.id, task.owner) is None, "the change never arrived")
-        fresh = await poll_snapshot.lookup(task.id, task.owner, loop_reads.lookup)
+        fresh = await poll_snapshot.lookup(task.id, task.owner, task_reads.alookup)
         assert fresh is not None and fresh.status_message == "half way"
         await asyncio.to_thread(lambda: Task.objects.filter(pk=task.id).delete())
         await until(lambda: snapshot.cached(task.id, task.owner) is None, "the delete never arrived")
-        gone = await poll_snapshot.lookup(task.id, task.owner, loop_reads.lookup)
+        gone = await poll_snapshot.lookup(task.id, task.owner, task_reads.alookup)
         return kept, snapshot.stats().invalidated == 2, gone is None
 
     assert run_on_loop(scenario) == (True, True, True), "a lease renewal is silent; a change and a delete are not"
@@ -222,7 +223,7 @@ def test_a_read_finished_task_is_served_without_a_read():
 
     async def counted(task_id: str, owner: str) -> Task | None:
         reads.append(task_id)
-        return await loop_reads.lookup(task_id, owner)
+        return await task_reads.alookup(task_id, owner)
 
     async def scenario() -> list[str | None]:
         await listening()
@@ -242,7 +243,7 @@ def test_a_first_outcome_read_and_a_waiting_task_are_never_kept():
     async def scenario() -> int:
         snapshot = await listening()
         for task in (unread, waiting, unread, waiting):
-            await poll_snapshot.lookup(task.id, task.owner, loop_reads.lookup)
+            await poll_snapshot.lookup(task.id, task.owner, task_reads.alookup)
         return snapshot.stats().served
 
     assert run_on_loop(scenario) == 0
@@ -255,7 +256,7 @@ def test_a_reconnect_flushes_and_nothing_is_served_while_down():
     async def scenario() -> None:
         snapshot = await listening()
         for _ in range(3):
-            await poll_snapshot.lookup(task.id, task.owner, loop_reads.lookup)
+            await poll_snapshot.lookup(task.id, task.owner, task_reads.alookup)
         assert snapshot.cached(task.id, task.owner) is not None
         flushes = snapshot.stats().flushes
         pid = snapshot.connections[0].pgconn.backend_pid
@@ -263,13 +264,13 @@ def test_a_reconnect_flushes_and_nothing_is_served_while_down():
         await until(lambda: not snapshot.up, "the listener never noticed")
         assert snapshot.cached(task.id, task.owner) is None
         served = snapshot.stats().served
-        assert (await poll_snapshot.lookup(task.id, task.owner, loop_reads.lookup)) is not None
+        assert (await poll_snapshot.lookup(task.id, task.owner, task_reads.alookup)) is not None
         assert snapshot.stats().served == served, "served while down"
         assert snapshot.cached(task.id, task.owner) is None, "kept while down"
         await until(lambda: snapshot.up, "the listener never reconnected")
         assert snapshot.stats().flushes > flushes
-        await poll_snapshot.lookup(task.id, task.owner, loop_reads.lookup)
-        assert (await poll_snapshot.lookup(task.id, task.owner, loop_reads.lookup)) is not None
+        await poll_snapshot.lookup(task.id, task.owner, task_reads.alookup)
+        assert (await poll_snapshot.lookup(task.id, task.owner, task_reads.alookup)) is not None
         assert snapshot.stats().served == served + 1
 
     run_on_loop(scenario)
@@ -289,7 +290,7 @@ def test_the_setting_off_reads_every_poll(settings):
 
     async def counted(task_id: str, owner: str) -> Task | None:
         reads.append(task_id)
-        return await loop_reads.lookup(task_id, owner)
+        return await task_reads.alookup(task_id, owner)
 
     async def scenario() -> tuple[Any, Any]:
         for _ in range(3):
@@ -347,7 +348,7 @@ def test_no_poll_is_older_than_a_change_committed_before_it():
         polls = 0
         while time.monotonic() < deadline:
             before = committed[0]
-            answer = await poll_snapshot.lookup(task.id, task.owner, loop_reads.lookup)
+            answer = await poll_snapshot.lookup(task.id, task.owner, task_reads.alookup)
             assert answer is not None
             seen = int(answer.status_message or 0)
             assert seen >= before, f"a poll sent after change {before} answered change {seen}"
@@ -378,10 +379,10 @@ def test_concurrent_polls_mark_a_task_once():
 
     async def scenario() -> tuple[int, bool]:
         snapshot = await listening()
-        await poll_snapshot.lookup(task.id, task.owner, loop_reads.lookup)  # polled once: not marked
+        await poll_snapshot.lookup(task.id, task.owner, task_reads.alookup)  # polled once: not marked
         assert snapshot.stats().marked == 0
-        await asyncio.gather(*(poll_snapshot.lookup(task.id, task.owner, loop_reads.lookup) for _ in range(8)))
-        await poll_snapshot.lookup(task.id, task.owner, loop_reads.lookup)
+        await asyncio.gather(*(poll_snapshot.lookup(task.id, task.owner, task_reads.alookup) for _ in range(8)))
+        await poll_snapshot.lookup(task.id, task.owner, task_reads.alookup)
         return snapshot.stats().marked, snapshot.cached(task.id, task.owner) is not None
 
     assert run_on_loop(scenario) == (1, True)
@@ -395,9 +396,9 @@ def test_a_task_whose_second_poll_reads_its_outcome_first_is_not_marked():
 
     async def scenario() -> int:
         snapshot = await listening()
-        await poll_snapshot.lookup(task.id, task.owner, loop_reads.lookup)
+        await poll_snapshot.lookup(task.id, task.owner, task_reads.alookup)
         await asyncio.to_thread(lambda: Task.objects.filter(pk=task.id).update(status=TaskStatus.COMPLETED))
-        await poll_snapshot.lookup(task.id, task.owner, loop_reads.lookup)  # the outcome, not yet read
+        await poll_snapshot.lookup(task.id, task.owner, task_reads.alookup)  # the outcome, not yet read
         return snapshot.stats().marked
 
     assert run_on_loop(scenario) == 0

@@ -302,6 +302,31 @@ def test_a_poll_has_its_span_on_either_path(poll_rpc, otel):
     assert otel.total("mcp.server.operation.duration", **{"mcp.method.name": "tasks/get"}) >= 1
 
 
+def test_a_creation_and_a_cancel_are_traced_and_counted_on_either_path(poll_rpc, otel, loop_served):
+    """On the event loop as on a thread: the creation's span is current while
+    the row is written (the row keeps it), and the counters move once."""
+    from tests.support.asgi import AsgiRpc
+    from tests.support.rpc import TASKS_CAPS
+
+    tool = {"gen_ai.tool.name": "slow_compute"}
+    created, cancelled = otel.total("mcptasks.task.created", **tool), otel.total("mcptasks.task.cancelled", **tool)
+    otel.clear()
+    reply = poll_rpc.call_tool(
+        "slow_compute", {"seconds": 30}, capabilities=TASKS_CAPS, meta_extra={"traceparent": CLIENT_TRACEPARENT}
+    )
+    task = Task.objects.get(pk=reply.result["taskId"])
+    span = only(otel, "tools/call slow_compute")
+    assert span.kind == SpanKind.SERVER and hex_trace(span) == CLIENT_TRACE
+    assert span.attributes["mcptasks.task.id"] == task.id
+    assert task.trace_context["traceparent"].split("-")[1:3] == [CLIENT_TRACE, format(span.context.span_id, "016x")]
+    assert otel.total("mcptasks.task.created", **tool) - created == 1
+    assert poll_rpc.tasks_cancel(task.id).result["resultType"] == "complete"
+    assert only(otel, "tasks/cancel").attributes["mcptasks.task.id"] == task.id
+    assert otel.total("mcptasks.task.cancelled", **tool) - cancelled == 1
+    if isinstance(poll_rpc, AsgiRpc):
+        assert len(loop_served) == 2, "both were served on the event loop"
+
+
 # The Prometheus scrape view ------------------------------------------------------
 
 

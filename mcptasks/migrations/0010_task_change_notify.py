@@ -15,7 +15,7 @@ from django.db import migrations, models
 CHANNEL = "mcptasks_task"
 FUNCTION = "mcptasks_task_changed"
 WATCHED = "snapshot_watched"
-# The columns of TaskManager.lookup's row (tests check that the two agree).
+# The columns of a poll's row, reads.LOOKUP_FIELDS (tests check that the two agree).
 POLLED_COLUMNS = (
     "status",
     "status_message",

@@ -7,7 +7,6 @@ ORM path (``create_task``'s fallback) does the same in a transaction.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -20,9 +19,9 @@ from .. import signals
 from ..conf import settings
 from ..models import Era, InputRequest, InputRequestState, Task, TaskEvent, TaskStatus
 from ..telemetry import metrics, tracing
-from . import quota, sql
+from . import dispatch, quota, sql
 from .dispatch import enqueue_after_commit
-from .events import EventKind, announce, client_actor, record_event
+from .events import EventKind, announce, announce_committed, client_actor, record_event
 
 
 def clamp_ttl(requested_ms: int | None, tool_default_ms: int | None = None) -> int:
@@ -31,7 +30,7 @@ def clamp_ttl(requested_ms: int | None, tool_default_ms: int | None = None) -> i
     ttl = requested_ms if requested_ms is not None else tool_default_ms
     if ttl is None:
         ttl = settings.DEFAULT_TTL_MS
-    return max(0, min(int(ttl), settings.MAX_TTL_MS))
+    return max(0, min(int(ttl), int(settings.MAX_TTL_MS)))
 
 
 @dataclass(frozen=True)
@@ -60,25 +59,10 @@ def create_task(
     Runs in its own transaction (or the caller's): the caller may hand out the
     id as soon as this returns outside any enclosing atomic block.
     """
-    now = timezone.now()
-    ttl = clamp_ttl(ttl_ms)
-    task = Task(
-        owner=owner,
-        tool_name=tool_name,
-        arguments=arguments,
-        era=era,
-        client_capabilities=client_capabilities or {},
-        status=TaskStatus.WORKING,
-        created_at=now,
-        updated_at=now,
-        ttl_ms=ttl,
-        expires_at=now + timedelta(milliseconds=ttl),
-        poll_interval_ms=poll_interval_ms or settings.POLL_INTERVAL_MS,
-        dispatched_at=now if enqueue else None,
-        trace_context=tracing.carrier() or None,
+    task, actor, detail = _new_task(
+        owner, tool_name, arguments, era, client_capabilities, ttl_ms, poll_interval_ms, enqueue=enqueue
     )
-    actor = client_actor(owner)
-    detail = {"tool": tool_name, "era": era}
+    now = task.created_at
     one_statement = sql.single_statement() and not answered
     if not (one_statement and _insert_created_sql(task, actor, detail)):
         with transaction.atomic():
@@ -107,56 +91,101 @@ def create_task(
     return task
 
 
+def _new_task(
+    owner: str,
+    tool_name: str,
+    arguments: dict[str, Any],
+    era: str,
+    client_capabilities: dict[str, Any] | None,
+    ttl_ms: int | None,
+    poll_interval_ms: int | None,
+    *,
+    enqueue: bool,
+) -> tuple[Task, str, dict[str, Any]]:
+    """A new ``working`` task (not saved), its creator and its event's detail."""
+    now = timezone.now()
+    ttl = clamp_ttl(ttl_ms)
+    task = Task(
+        owner=owner,
+        tool_name=tool_name,
+        arguments=arguments,
+        era=era,
+        client_capabilities=client_capabilities or {},
+        status=TaskStatus.WORKING,
+        created_at=now,
+        updated_at=now,
+        ttl_ms=ttl,
+        expires_at=now + timedelta(milliseconds=ttl),
+        poll_interval_ms=poll_interval_ms or settings.POLL_INTERVAL_MS,
+        dispatched_at=now if enqueue else None,
+        trace_context=tracing.carrier() or None,
+    )
+    return task, client_actor(owner), {"tool": tool_name, "era": era}
+
+
+async def acreate_task(
+    *,
+    owner: str,
+    tool_name: str,
+    arguments: dict[str, Any],
+    client_capabilities: dict[str, Any] | None = None,
+    ttl_ms: int | None = None,
+    poll_interval_ms: int | None = None,
+) -> Task | None:
+    """``create_task`` of a modern-era task on the event loop: the same
+    statement, in autocommit, then (committed) the same signals, then the
+    run's publish through ``dispatch.loop_sender``. ``None``, having done
+    nothing, when the statement declines near the owner's quota: the caller
+    then takes ``create_task`` on a thread. Only where ``sql.loop_available``
+    and a loop sender is installed."""
+    send = dispatch.loop_sender()
+    if send is None:
+        raise RuntimeError("no runtime installed that sends runs from the event loop")
+    task, actor, detail = _new_task(
+        owner, tool_name, arguments, Era.MODERN, client_capabilities, ttl_ms, poll_interval_ms, enqueue=True
+    )
+    named = _created_statement(task, actor, detail)
+    if named is None or (await sql.aexecute(*named)).rowcount != 1:
+        return None
+    task._state.adding = False
+    task._state.db = Task.objects.db
+    signals.task_created.send(sender=Task, task=task)
+    announce_committed(task, "", actor, EventKind.CREATED)
+    metrics.task_created(tool_name, committed=True)
+    await send(task.id)
+    return task
+
+
+def _created_statement(task: Task, actor: str, detail: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """The creation statement and its parameters, or ``None`` when the
+    owner's quota is too small for a creation to share its lock."""
+    limit = settings.MAX_ACTIVE_TASKS_PER_OWNER
+    params: dict[str, Any] = {
+        f.attname: f.get_db_prep_save(f.pre_save(task, add=True), connection) for f in Task._meta.concrete_fields
+    }
+    params.update(kind=EventKind.CREATED.value, actor=actor, detail=sql.db_value(TaskEvent, "detail", dict(detail)))
+    if limit is None:
+        return "task_create", params
+    if limit <= quota.QUOTA_LOCK_MARGIN:
+        return None
+    params.update(lock_key=quota.quota_lock_key(task.owner), below=limit - quota.QUOTA_LOCK_MARGIN)
+    return "task_create_within_quota", params
+
+
 def _insert_created_sql(task: Task, actor: str, detail: Mapping[str, Any]) -> bool:
     """Count the task in its owner's quota, insert it and its ``created``
-    event, in one statement (its own transaction, or the caller's). Returns
-    ``False``, having done nothing, when the owner is near its quota: the
-    caller then takes the exclusive path of ``quota.take_place``.
+    event, in one statement (``task_create``, or ``task_create_within_quota``;
+    its own transaction, or the caller's). Returns ``False``, having done
+    nothing, when the owner is near its quota: the caller then takes the
+    exclusive path of ``quota.take_place``.
 
     Far below the quota the statement takes the owner's lock shared, as
     ``take_place`` does, and holds it until it commits, so an exclusive
     checker still waits for this creation before it reads the count.
     """
-    limit = settings.MAX_ACTIVE_TASKS_PER_OWNER
-    params: list[Any] = []
-    if limit is not None:
-        if limit <= quota.QUOTA_LOCK_MARGIN:
-            return False
-        params += [task.owner, task.owner, quota.quota_lock_key(task.owner), limit - quota.QUOTA_LOCK_MARGIN]
-    else:
-        params.append(task.owner)
-    fields = Task._meta.concrete_fields
-    params += [f.get_db_prep_save(f.pre_save(task, add=True), connection) for f in fields]
-    params += [task.created_at, task.status, actor, sql.db_value(TaskEvent, "detail", dict(detail))]
-    with connection.cursor() as cursor:
-        cursor.execute(_created_sql(with_quota=limit is not None, alias=connection.alias), params)
-        if cursor.rowcount != 1:
-            return False
+    named = _created_statement(task, actor, detail)
+    if named is None or sql.execute(*named).rowcount != 1:
+        return False
     task._state.adding = False
     task._state.db = connection.alias
     return True
-
-
-@functools.cache
-def _created_sql(*, with_quota: bool, alias: str) -> str:
-    """The owner's count, the task's INSERT and its ``created`` event, as one
-    statement. With the quota, only while the count is far below it, and
-    under the owner's quota lock taken shared. Cached per database alias:
-    quoting is the connection's."""
-    t = sql.tables()
-    names, columns = sql.task_columns()
-    placeholders = ", ".join(["%s"] * len(names))
-    if with_quota:
-        gate = (
-            f"total AS (SELECT coalesce(sum(active), 0) AS n FROM {t['count']} WHERE owner = %s), "
-            "gate AS MATERIALIZED (SELECT %s::varchar AS owner, pg_advisory_xact_lock_shared(hashtextextended(%s, 0))"
-            " FROM total WHERE n < %s)"
-        )
-    else:
-        gate = "gate AS (SELECT %s::varchar AS owner)"
-    return (
-        f"WITH {gate}, {quota.slot_ctes('gate', 1, 'counted')}, "
-        f"created AS (INSERT INTO {t['task']} ({columns}) SELECT {placeholders} FROM counted RETURNING id) "
-        f"INSERT INTO {t['event']} ({sql.event_columns()}) "
-        f"SELECT id, %s, '{EventKind.CREATED}', '', %s, %s, %s FROM created"
-    )

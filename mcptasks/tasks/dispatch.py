@@ -9,7 +9,7 @@ the same way notification publishing connects to ``mcptasks.signals``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from django.db import transaction
 
@@ -18,12 +18,24 @@ logger = logging.getLogger("mcptasks.runtime")
 #: Sends one run of the task; returns whether the message was published.
 Sender = Callable[[str], bool]
 
+#: The same on the event loop.
+LoopSender = Callable[[str], Awaitable[bool]]
+
 _sender: Sender | None = None
+#: Gives the loop's sender for the current configuration, or ``None``.
+_loop_sender: Callable[[], LoopSender | None] | None = None
 
 
-def install(sender: Sender) -> None:
-    global _sender
+def install(sender: Sender, loop_sender: Callable[[], LoopSender | None] | None = None) -> None:
+    global _sender, _loop_sender
     _sender = sender
+    _loop_sender = loop_sender
+
+
+def loop_sender() -> LoopSender | None:
+    """How to send a run from the event loop, or ``None`` (runs are sent
+    from threads only: creation then takes the thread path)."""
+    return _loop_sender() if _loop_sender is not None else None
 
 
 def enqueue_run(task_id: str) -> bool:

@@ -70,40 +70,42 @@ def announce(
     """Log and signal the change once it is committed (never before: a
     listener must not see what a rollback undoes). ``task``, when the caller
     has the row as the change left it, saves the snapshot query."""
-    kind = kind.value if isinstance(kind, EventKind) else kind  # listeners get plain strings
     if task is not None:
         pending: dict[str, Any] | None = {}
     else:
         task, pending = _snapshot(task_id)
+    transaction.on_commit(lambda: _send(task_id, from_status, to_status, actor, kind, task, pending))
 
-    def send() -> None:
-        logger.info(
-            "task %s %s %s -> %s by %s",
-            task_id,
-            kind,
-            from_status or "-",
-            to_status,
-            actor,
-            extra={
-                "task_id": task_id,
-                "kind": kind,
-                "from_status": from_status,
-                "to_status": to_status,
-                "actor": actor,
-            },
-        )
-        signals.task_changed.send(
-            sender=Task,
-            task_id=task_id,
-            from_status=from_status,
-            to_status=to_status,
-            actor=actor,
-            kind=kind,
-            task=task,
-            pending_inputs=pending,
-        )
 
-    transaction.on_commit(send)
+def announce_committed(task: Task, from_status: str, actor: str, kind: str) -> None:
+    """``announce`` for a change already committed (a statement in
+    autocommit on the event loop), with the row as it left it."""
+    _send(task.id, from_status, task.status, actor, kind, task, {})
+
+
+def _send(
+    task_id: str, from_status: str, to_status: str, actor: str, kind: str, task: Task | None, pending: Any
+) -> None:
+    kind = kind.value if isinstance(kind, EventKind) else kind  # listeners get plain strings
+    logger.info(
+        "task %s %s %s -> %s by %s",
+        task_id,
+        kind,
+        from_status or "-",
+        to_status,
+        actor,
+        extra={"task_id": task_id, "kind": kind, "from_status": from_status, "to_status": to_status, "actor": actor},
+    )
+    signals.task_changed.send(
+        sender=Task,
+        task_id=task_id,
+        from_status=from_status,
+        to_status=to_status,
+        actor=actor,
+        kind=kind,
+        task=task,
+        pending_inputs=pending,
+    )
 
 
 def record_event(

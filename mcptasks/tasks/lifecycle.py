@@ -12,13 +12,13 @@ and ``operator`` (retry and audit).
 
 from __future__ import annotations
 
-from .creation import Answer, clamp_ttl, create_task
+from .creation import Answer, acreate_task, clamp_ttl, create_task
 from .events import SYSTEM, EventKind, client_actor, operator_actor, worker_actor
 from .maintenance import REDISPATCH_BACKOFF_MAX_FACTOR, SweepReport, expire_now, prune_expired, sweep
 from .operator import RETRYABLE_STATUSES, audit_logger, note_result_retrieved, retry, retry_refusal
 from .quota import QUOTA_LOCK_MARGIN, TooManyActiveTasks, reconcile
 from .runs import Run, claim, heartbeat, held_leases, release, renew_leases, set_status_message, start_run
-from .transitions import cancel, complete, fail, finish_run, request_input, submit_input
+from .transitions import acancel, cancel, complete, fail, finish_run, request_input, submit_input
 
 __all__ = [
     "QUOTA_LOCK_MARGIN",
@@ -30,6 +30,8 @@ __all__ = [
     "Run",
     "SweepReport",
     "TooManyActiveTasks",
+    "acancel",
+    "acreate_task",
     "audit_logger",
     "cancel",
     "claim",

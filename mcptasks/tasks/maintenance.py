@@ -8,10 +8,9 @@ import functools
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
-from django.db import connection, models, transaction
-from django.db.models import F, Q
+from django.db import transaction
+from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
 from ..conf import settings
@@ -126,15 +125,15 @@ def prune_expired(*, batch_size: int | None = None, dry_run: bool = False, max_b
     slots concurrent writers added and corrects any drift from writes made
     outside ``mcptasks.tasks`` (one grouped count of the active tasks)."""
     size = batch_size or settings.PRUNE_BATCH_SIZE
-    expired = Task.objects.filter(status__in=TERMINAL_STATUSES, expires_at__lt=timezone.now())
+    now = timezone.now()
     if dry_run:
-        return expired.count()
+        return _expired(now).count()
     delete_batch = _delete_expired_batch_sql if sql.single_statement() else _delete_expired_batch_orm
     total = 0
     batches = 0
     while max_batches is None or batches < max_batches:
         with transaction.atomic():
-            deleted = delete_batch(expired, size)
+            deleted = delete_batch(now, size)
         if not deleted:
             break
         total += deleted
@@ -146,8 +145,12 @@ def prune_expired(*, batch_size: int | None = None, dry_run: bool = False, max_b
     return total
 
 
-def _delete_expired_batch_orm(expired: Any, size: int) -> int:
-    ids = list(expired.order_by("expires_at").values_list("id", flat=True)[:size])
+def _expired(now: datetime) -> QuerySet[Task]:
+    return Task.objects.filter(status__in=TERMINAL_STATUSES, expires_at__lt=now)
+
+
+def _delete_expired_batch_orm(now: datetime, size: int) -> int:
+    ids = list(_expired(now).order_by("expires_at").values_list("id", flat=True)[:size])
     if not ids:
         return 0
     InputRequest.objects.filter(task_id__in=ids).delete()
@@ -155,33 +158,16 @@ def _delete_expired_batch_orm(expired: Any, size: int) -> int:
     return Task.objects.filter(pk__in=ids, status__in=TERMINAL_STATUSES).delete()[1].get("mcptasks.Task", 0)
 
 
-def _delete_expired_batch_sql(expired: Any, size: int) -> int:
-    """One statement: the batch's rows and every row that refers to them.
+def _delete_expired_batch_sql(now: datetime, size: int) -> int:
+    """One statement (``prune_batch``): the batch's rows and every row that
+    refers to them.
 
     Django's delete collector would first load each doomed task, with its
     arguments and result, to cascade in Python. Rows some other transaction
     holds (an outcome being marked read) are skipped, not waited for.
     """
-    doomed_sql, params = expired.order_by("expires_at").values("pk")[:size].query.sql_with_params()
-    quote = connection.ops.quote_name
-    task_table = quote(Task._meta.db_table)
-    referrers = [
-        (quote(rel.field.model._meta.db_table), quote(rel.field.column))
-        for rel in Task._meta.related_objects
-        if rel.on_delete is models.CASCADE
-    ]
-    deletes = "".join(
-        f", gone_{n} AS (DELETE FROM {table} WHERE {column} IN (SELECT pk FROM doomed))"
-        for n, (table, column) in enumerate(referrers)
-    )
-    statement = (
-        f"WITH doomed AS ({doomed_sql} FOR UPDATE SKIP LOCKED){deletes} "
-        f"DELETE FROM {task_table} WHERE {quote(Task._meta.pk.column)} IN (SELECT pk FROM doomed)"
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(statement, params)
-        deleted: int = cursor.rowcount
-        return deleted
+    params = {"terminal": sql.strings(TERMINAL_STATUSES), "now": now, "size": size}
+    return int(sql.execute("prune_batch", params).rowcount)
 
 
 def expire_now(task_id: str, *, actor: str) -> bool:

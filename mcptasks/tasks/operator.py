@@ -90,10 +90,16 @@ def note_result_retrieved(task: Task, *, actor: str) -> bool:
     ``outcome_read_at`` (set once). Reads of unfinished tasks (the polling hot
     path) cost nothing, and later reads of a finished one cost nothing either:
     the row read for the answer carries the mark. Returns whether an event
-    was written.
+    was written. (``reads.poll`` does both as it reads the task.)
     """
+    log_outcome_read(task, actor=actor)
+    return mark_outcome_read(task, actor=actor)
+
+
+def log_outcome_read(task: Task, *, actor: str) -> None:
+    """One line on ``mcptasks.audit`` for a read of a finished task's outcome."""
     if task.status not in TERMINAL_STATUSES:
-        return False
+        return
     audit_logger.info(
         "task %s %s result retrieved by %s",
         task.id,
@@ -108,7 +114,12 @@ def note_result_retrieved(task: Task, *, actor: str) -> bool:
             "actor": actor,
         },
     )
-    if task.outcome_read_at is not None:
+
+
+def mark_outcome_read(task: Task, *, actor: str) -> bool:
+    """The ORM implementation of the first-read mark (``task_poll`` is the
+    statement): ``outcome_read_at`` and the ``result_retrieved`` event, once."""
+    if task.status not in TERMINAL_STATUSES or task.outcome_read_at is not None:
         return False
     now = timezone.now()
     with transaction.atomic():

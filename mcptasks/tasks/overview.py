@@ -31,10 +31,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.core.cache import caches
-from django.db import connection, transaction
+from django.db import transaction
+from django.db.models import Sum
 from django.utils import timezone
 
-from ..models import ACTIVE_STATUSES, TERMINAL_STATUSES, Task, TaskStatus
+from ..models import ACTIVE_STATUSES, TERMINAL_STATUSES, ActiveTaskCount, Task, TaskStatus
 from . import sql
 
 #: The statuses a creation is counted under, in the order charts stack them.
@@ -163,14 +164,14 @@ def gauges() -> Gauges:
     per owner). The waiting tasks are counted on ``mcptasks_status_created``,
     which reaches them alone, capped at ``GAUGE_COUNT_CAP``. One statement,
     so both come from one snapshot."""
-    t = sql.tables()
-    statement = (
-        f"SELECT (SELECT COALESCE(SUM(active), 0) FROM {t['count']}),"
-        f" (SELECT COUNT(*) FROM (SELECT 1 FROM {t['task']} WHERE status = %s LIMIT %s) AS waiting)"
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(statement, [TaskStatus.INPUT_REQUIRED, GAUGE_COUNT_CAP + 1])
+    if sql.single_statement():
+        cursor = sql.execute(
+            "overview_gauges", {"input_required": TaskStatus.INPUT_REQUIRED.value, "cap": GAUGE_COUNT_CAP + 1}
+        )
         active, waiting = cursor.fetchone()
+    else:
+        active = ActiveTaskCount.objects.aggregate(n=Sum("active"))["n"] or 0
+        waiting = Task.objects.filter(status=TaskStatus.INPUT_REQUIRED).order_by()[: GAUGE_COUNT_CAP + 1].count()
     capped = waiting > GAUGE_COUNT_CAP
     waiting = min(int(waiting), GAUGE_COUNT_CAP)
     return Gauges(working=max(int(active) - waiting, 0), input_required=waiting, input_required_capped=capped)
@@ -178,13 +179,9 @@ def gauges() -> Gauges:
 
 def figures(win: Window, now: datetime) -> WindowFigures:
     """Every figure of one window."""
-    if connection.vendor == "postgresql":
+    if sql.single_statement():
         with transaction.atomic():
-            with connection.cursor() as cursor:
-                # Short grouped scans: compiling them (JIT) costs more than it
-                # saves, and the percentiles' sorts should stay in memory.
-                cursor.execute("SET LOCAL jit = off")
-                cursor.execute(f"SET LOCAL work_mem = '{SORT_MEMORY}'")
+            sql.execute("overview_settings", {"work_mem": SORT_MEMORY})
             return _figures_sql(win, now)
     return _figures_rows(win, now)
 
@@ -212,42 +209,22 @@ def _top_tools(counts: dict[str, int]) -> tuple[list[tuple[str, int]], int, int]
 
 # Postgres: one grouped scan of each window ----------------------------------------------
 
-#: A row's bucket in the window: whole steps since the window's start
-#: (``date_part`` is a float: cheaper than ``extract``'s numeric).
-_BUCKET = "floor(date_part('epoch', {column} - %s) / %s)::int"
-
 
 def _figures_sql(win: Window, now: datetime) -> WindowFigures:
     """Two scans, each of one window of one index: the creations (counts by
     status, queue waits) and the finishes (counts by status, run times), plus
     the failures by tool, which the finished index and the status index
     narrow together."""
-    table = sql.tables()["task"]
-    step = win.step.total_seconds()
-    span = [win.start, win.end]
-    with connection.cursor() as cursor:
-        created, queue_wait, queue_wait_overall = _scan_sql(
-            cursor,
-            column="created_at",
-            statuses=CREATED_STATUSES,
-            duration="COALESCE(started_at, finished_at, %s) - created_at",
-            params=[win.start, step, now, *span],
-            buckets=win.buckets,
-        )
-        finished, run_time, run_time_overall = _scan_sql(
-            cursor,
-            column="finished_at",
-            statuses=TERMINAL_STATUSES,
-            duration="finished_at - started_at",
-            params=[win.start, step, *span],
-            buckets=win.buckets,
-        )
-        cursor.execute(
-            f"SELECT tool_name, COUNT(*) FROM {table}"
-            " WHERE finished_at >= %s AND finished_at < %s AND status = %s GROUP BY 1",
-            [*span, TaskStatus.FAILED],
-        )
-        failures = dict(cursor.fetchall())
+    span = {"start": win.start, "end": win.end}
+    statuses = {str(status): str(status) for status in CREATED_STATUSES}
+    scan = {**span, **statuses, "step": win.step.total_seconds()}
+    created, queue_wait, queue_wait_overall = _scan_sql(
+        "overview_created", {**scan, "now": now}, statuses=CREATED_STATUSES, buckets=win.buckets
+    )
+    finished, run_time, run_time_overall = _scan_sql(
+        "overview_finished", scan, statuses=TERMINAL_STATUSES, buckets=win.buckets
+    )
+    failures = dict(sql.execute("overview_failures", {**span, "failed": TaskStatus.FAILED.value}).fetchall())
     top, other, total = _top_tools(failures)
     return WindowFigures(
         window=win,
@@ -265,26 +242,16 @@ def _figures_sql(win: Window, now: datetime) -> WindowFigures:
 
 
 def _scan_sql(
-    cursor: Any, *, column: str, statuses: Sequence[str], duration: str, params: list[Any], buckets: int
+    name: str, params: dict[str, Any], *, statuses: Sequence[str], buckets: int
 ) -> tuple[dict[str, list[int]], list[Percentiles], Percentiles]:
-    """The rows whose ``column`` falls in the window: per bucket, their count
-    by status and p50/p95 of ``duration`` (null durations skipped), and the
-    percentiles over the whole window (``GROUPING SETS``: its row has a null
-    bucket). ``params``: the bucket's, the duration's, the window's."""
-    counts = ", ".join(f"COUNT(*) FILTER (WHERE status = '{status}')" for status in statuses)
-    statement = (
-        f"SELECT bucket, {counts}, COUNT(seconds),"
-        " percentile_cont(ARRAY[0.5, 0.95]) WITHIN GROUP (ORDER BY seconds)"
-        f" FROM (SELECT {_BUCKET.format(column=column)} AS bucket, status,"
-        f" date_part('epoch', {duration}) AS seconds"
-        f" FROM {sql.tables()['task']} WHERE {column} >= %s AND {column} < %s) AS timed"
-        " GROUP BY GROUPING SETS ((bucket), ())"
-    )
-    cursor.execute(statement, params)
+    """The statement ``name``'s rows: per bucket, the count by status (in the
+    order of ``statuses``) and p50/p95 of a duration (null durations
+    skipped), and the percentiles over the whole window (``GROUPING SETS``:
+    its row has a null bucket)."""
     by_status = {status: [0] * buckets for status in statuses}
     per_bucket = [Percentiles()] * buckets
     overall = Percentiles()
-    for row in cursor.fetchall():
+    for row in sql.execute(name, params).fetchall():
         index, timed, quantiles = row[0], row[-2], row[-1]
         figures = Percentiles(count=timed, p50=quantiles[0], p95=quantiles[1]) if timed else Percentiles()
         if index is None:

@@ -8,7 +8,8 @@ creation never counts the tasks.
 
 One owner's writers must not wait for each other's commits (a creation in an
 open transaction would hold up every other creation of its owner). So on
-Postgres a write takes any of the owner's slots no other transaction holds
+Postgres (the ``*_kept`` and ``*_added`` parts of the statements in
+``queries.sql``) a write takes any of the owner's slots no other transaction holds
 (``SKIP LOCKED``), or else adds a slot keyed by its own transaction id, which
 no other transaction has. An owner so has about as many slots as it ever had
 writers at once. A slot may go below zero; only the sum counts. The ORM path
@@ -19,7 +20,6 @@ from writes made outside these functions.
 
 from __future__ import annotations
 
-import functools
 import logging
 
 from django.db import IntegrityError, OperationalError, connection, transaction
@@ -73,9 +73,7 @@ def take_place(owner: str, *, near_the_limit: bool = False) -> None:
             shared = (
                 not near_the_limit and limit > QUOTA_LOCK_MARGIN and active_count(owner) < limit - QUOTA_LOCK_MARGIN
             )
-            function = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"
-            with connection.cursor() as cursor:
-                cursor.execute(f"SELECT {function}(hashtextextended(%s, 0))", [quota_lock_key(owner)])
+            sql.execute("quota_lock_shared" if shared else "quota_lock_exclusive", {"lock_key": quota_lock_key(owner)})
         if not shared and active_count(owner) >= limit:
             raise TooManyActiveTasks(limit)
     adjust(owner, 1)
@@ -84,8 +82,7 @@ def take_place(owner: str, *, near_the_limit: bool = False) -> None:
 def adjust(owner: str, delta: int) -> None:
     """Add ``delta`` to the owner's count, in the caller's transaction."""
     if sql.single_statement():
-        with connection.cursor() as cursor:
-            cursor.execute(_adjust_sql(delta, connection.alias), [owner])
+        sql.execute("count_adjust", {"owner": owner, "delta": delta})
         return
     mine = ActiveTaskCount.objects.filter(owner=owner, slot=0)
     if mine.update(active=F("active") + delta):
@@ -95,32 +92,6 @@ def adjust(owner: str, delta: int) -> None:
             ActiveTaskCount.objects.create(owner=owner, slot=0, active=delta)
     except IntegrityError:  # another transaction created it meanwhile
         mine.update(active=F("active") + delta)
-
-
-@functools.cache
-def _adjust_sql(delta: int, alias: str) -> str:
-    return f"WITH source AS (SELECT %s::varchar AS owner), {slot_ctes('source', delta, 'counted')} SELECT 1"
-
-
-def slot_ctes(source: str, delta: int, name: str) -> str:
-    """CTEs that add ``delta`` to the count of the owner in the ``owner``
-    column of the CTE ``source`` (one row, or none: then they do nothing).
-    The CTE ``name`` returns one row when the count was changed.
-
-    They take a slot of the owner that no other transaction holds, or else
-    add one keyed by the transaction's id: neither ever waits for a lock.
-    """
-    table = sql.tables()["count"]
-    return (
-        f"{name}_kept AS (UPDATE {table} SET active = active + {int(delta)} WHERE id = ("
-        f"SELECT id FROM {table} WHERE owner = (SELECT owner FROM {source}) LIMIT 1 FOR UPDATE SKIP LOCKED"
-        f") RETURNING owner), "
-        f"{name}_added AS (INSERT INTO {table} (owner, slot, active)"
-        f" SELECT owner, mod(txid_current(), 2147483647)::int, {int(delta)} FROM {source}"
-        f" WHERE NOT EXISTS (SELECT 1 FROM {name}_kept)"
-        f" ON CONFLICT (owner, slot) DO UPDATE SET active = {table}.active + EXCLUDED.active RETURNING owner), "
-        f"{name} AS (SELECT owner FROM {name}_kept UNION ALL SELECT owner FROM {name}_added)"
-    )
 
 
 #: How long the reconcile waits for the writers in flight before it gives up
@@ -154,11 +125,10 @@ def reconcile() -> int:
 def _reconcile() -> int:
     with transaction.atomic():
         if connection.vendor == "postgresql":
-            with connection.cursor() as cursor:
-                cursor.execute(f"SET LOCAL lock_timeout = {int(RECONCILE_LOCK_TIMEOUT_MS)}")
-                cursor.execute(f"LOCK TABLE {sql.tables()['count']} IN EXCLUSIVE MODE")
-                # Only the lock waits this little: not the rest of a caller's transaction.
-                cursor.execute("SET LOCAL lock_timeout TO DEFAULT")
+            sql.execute("counts_lock_timeout", {"timeout": f"{int(RECONCILE_LOCK_TIMEOUT_MS)}ms"})
+            sql.execute("counts_lock")
+            # Only the lock waits this little: not the rest of a caller's transaction.
+            sql.execute("counts_lock_timeout_reset")
         counted = dict(
             Task.objects.filter(status__in=ACTIVE_STATUSES)
             .order_by()

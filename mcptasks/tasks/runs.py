@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import connection, models, transaction
+from django.db import models, transaction
 from django.db.models import F, Q, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -84,34 +84,24 @@ def _claim_orm(task_id: str, *, worker: str, now: datetime, lease: datetime) -> 
 
 
 def _claim_sql(task_id: str, *, worker: str, now: datetime, lease: datetime) -> Run | None:
-    names, columns = sql.task_columns()
-    t = sql.tables()
-    statement = f"""
-        WITH claimed AS (
-            UPDATE {t["task"]} SET lease_owner = %s, lease_expires_at = %s, attempts = attempts + 1,
-                started_at = COALESCE(started_at, %s)
-            WHERE id = %s AND status = %s AND (lease_expires_at IS NULL OR lease_expires_at < %s)
-            RETURNING {columns}
-        ), started AS (
-            INSERT INTO {t["event"]} ({sql.event_columns()})
-            SELECT id, %s, '{EventKind.RUN_STARTED}', '', '', %s, jsonb_build_object('attempt', attempts) FROM claimed
-        )
-        SELECT claimed.*, (
-            SELECT jsonb_object_agg(key, response) FROM {t["input"]}
-            WHERE task_id = claimed.id AND state = %s
-        ) FROM claimed
-    """
-    params: list[Any] = [worker, lease, now, task_id, TaskStatus.WORKING, now]
-    params += [now, worker_actor(worker), InputRequestState.ANSWERED]
-    with connection.cursor() as cursor:
-        cursor.execute(statement, params)
-        row = cursor.fetchone()
+    params = {
+        "task_id": task_id,
+        "worker": worker,
+        "lease": lease,
+        "now": now,
+        "working": TaskStatus.WORKING.value,
+        "kind": EventKind.RUN_STARTED.value,
+        "actor": worker_actor(worker),
+        "answered": InputRequestState.ANSWERED.value,
+    }
+    cursor = sql.execute("run_claim", params)
+    row = cursor.fetchone()
     if row is None:
         return None
     answers = row[-1]
     if isinstance(answers, str):
         answers = json.loads(answers)
-    return Run(Task.objects.from_row(names, row[:-1]), answers or {})
+    return Run(Task.objects.from_row(sql.column_names(cursor)[:-1], row[:-1]), answers or {})
 
 
 def heartbeat(task_id: str, *, worker: str) -> bool:

@@ -1,81 +1,244 @@
-"""What the raw statements (Postgres) share: when to use them, the quoted
-tables and columns, and parameters prepared as the ORM would save them.
+"""The one home of the raw statements: ``queries.sql`` holds them, each under
+its name, and this module runs them on Postgres, prepared server-side.
 
-Each raw statement sits beside its ORM twin in the module of its concern
-(``creation``, ``transitions``, ``runs``, ``maintenance``); the tests run
-both through the ``transition_paths`` fixture.
+Each statement is one named operation's Postgres implementation; its ORM
+twin, for every other database, sits beside the code that calls it
+(``creation``, ``transitions``, ``runs``, ``reads``, ``quota``,
+``maintenance``), and the tests run both (the ``transition_paths`` fixture).
+
+Two ways to run a statement, one text:
+
+- :func:`execute`, on Django's connection of the thread (in the caller's
+  transaction, or in autocommit), through a server-binding cursor, since
+  Django's own binds client-side and so can never prepare;
+- :func:`aexecute`, on the event loop, from a small pool of async
+  connections of the loop's own, in autocommit.
+
+Both prepare the statement on first use on each connection that outlives
+its request (``PREPARE_STATEMENTS``; ``CONN_MAX_AGE`` not 0), so Postgres
+parses and plans it once per connection rather than on every call. A statement Postgres cannot prepare
+(a utility like ``LOCK``) runs unprepared.
 """
 
 from __future__ import annotations
 
-import functools
-from typing import Any, cast
+import asyncio
+import contextlib
+import re
+import sys
+import time
+import weakref
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
 
+from django.core.signals import setting_changed
 from django.db import connection, connections, models
+from django.dispatch import receiver
 
-from ..models import ActiveTaskCount, InputRequest, Task, TaskEvent
+from ..conf import settings
+from ..models import Task
+
+_NAME = re.compile(r"^-- name: (\w+)\s*$")
+_PREPARABLE = re.compile(r"^\s*(SELECT|WITH|INSERT|UPDATE|DELETE)\b", re.IGNORECASE)
+
+
+def _load(path: Path) -> dict[str, str]:
+    """The statements of a ``-- name:`` file, their comment lines left out."""
+    statements: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in path.read_text(encoding="utf-8").splitlines():
+        named = _NAME.match(line)
+        if named:
+            if named.group(1) in statements:
+                raise ValueError(f"statement {named.group(1)!r} is named twice in {path.name}")
+            current = statements[named.group(1)] = []
+        elif current is not None and not line.lstrip().startswith("--") and line.strip():
+            current.append(line)
+    return {name: "\n".join(lines).rstrip().rstrip(";") for name, lines in statements.items()}
+
+
+#: Every raw statement, by name.
+STATEMENTS: dict[str, str] = _load(Path(__file__).with_name("queries.sql"))
+
+#: psycopg prepares a statement when asked (``prepare=True``) or after this
+#: many runs: an unreachable count, so only the statements here are prepared.
+_ONLY_WHEN_ASKED = sys.maxsize
 
 
 def single_statement() -> bool:
-    """Whether the raw statements apply (Postgres).
+    """Whether the raw statements apply (Postgres); other databases take
+    each operation's ORM implementation.
 
-    A run's claim and its finish are the worker's hot path. On Postgres each is
-    one statement (a data-modifying CTE: the guarded UPDATE, its event, and the
-    row as left), so one round trip and one implicit commit, with no ORM query
-    compilation. The guard is the UPDATE's own WHERE, which Postgres re-checks
-    against the newest row version after waiting for a concurrent writer: the
-    same compare-and-set as ``transitions._transition``. Other databases take
-    the ORM path.
+    On Postgres each hot operation is one statement (a data-modifying CTE:
+    the guarded UPDATE, its event, and the row as left), so one round trip and
+    one implicit commit, with no ORM query compilation. The guard is the
+    UPDATE's own WHERE, which Postgres re-checks against the newest row
+    version after waiting for a concurrent writer: the same compare-and-set
+    as ``transitions._transition``.
     """
     return connection.vendor == "postgresql"
 
 
-def task_columns() -> tuple[list[str], str]:
-    """Task's field names and its quoted columns, in the same order."""
-    return _task_columns(connection.alias)
+def _prepare(text: str, max_age: float | None) -> bool:
+    """Whether to prepare: only a statement Postgres can prepare, and only on
+    a connection kept past its request (``CONN_MAX_AGE`` not 0), where the
+    round trip that prepares it is paid once, not on every use."""
+    return settings.PREPARE_STATEMENTS and max_age != 0 and bool(_PREPARABLE.match(text))
 
 
-@functools.cache
-def _task_columns(alias: str) -> tuple[list[str], str]:
-    fields = Task._meta.concrete_fields
-    return [f.attname for f in fields], ", ".join(connections[alias].ops.quote_name(f.column) for f in fields)
+def execute(name: str, params: Mapping[str, Any] | None = None) -> Any:
+    """Run the statement ``name`` on the thread's Django connection (default
+    alias) and return its psycopg cursor, rows unread."""
+    import psycopg
+
+    text = STATEMENTS[name]
+    connection.ensure_connection()
+    connection.validate_no_broken_transaction()
+    raw = connection.connection
+    if raw.prepare_threshold is None:
+        raw.prepare_threshold = _ONLY_WHEN_ASKED  # Django's default: never
+    started = time.monotonic()
+    with connection.wrap_database_errors:
+        cursor = psycopg.Cursor(raw)
+        cursor.execute(text, params or {}, prepare=_prepare(text, connection.settings_dict.get("CONN_MAX_AGE", 0)))
+    if connection.queries_logged:
+        connection.queries_log.append(
+            {"sql": f"-- {name}\n{text}", "time": f"{time.monotonic() - started:.3f}", "params": params}
+        )
+    return cursor
 
 
-def tables() -> dict[str, str]:
-    """The app's tables, quoted for the connection in use."""
-    return _tables(connection.alias)
-
-
-@functools.cache
-def _tables(alias: str) -> dict[str, str]:
-    quote = connections[alias].ops.quote_name
-    return {
-        "task": quote(Task._meta.db_table),
-        "event": quote(TaskEvent._meta.db_table),
-        "input": quote(InputRequest._meta.db_table),
-        "count": quote(ActiveTaskCount._meta.db_table),
-    }
+def column_names(cursor: Any) -> list[str]:
+    """The names of a cursor's result columns, in order."""
+    return [column.name for column in cursor.description]
 
 
 def db_value(model: type[models.Model], field: str, value: Any) -> Any:
     """``value`` as a raw statement's parameter for ``model.field`` (JSON
     wrapped for the driver, and so on), as the ORM would save it."""
-    # Each caller names a concrete field, never a relation's reverse side.
-    return cast("models.Field[Any, Any]", model._meta.get_field(field)).get_db_prep_save(value, connection)
+    target = model._meta.get_field(field)
+    assert isinstance(target, models.Field)
+    return target.get_db_prep_save(value, connection)
 
 
-#: The event columns a raw statement writes, in this order.
-EVENT_FIELDS = ("task", "at", "kind", "from_status", "to_status", "actor", "detail")
+def strings(values: Sequence[str]) -> list[str]:
+    """Choices as plain strings, for an array parameter."""
+    return [str(value) for value in values]
 
 
-def event_columns() -> str:
-    """``TaskEvent``'s columns for ``EVENT_FIELDS``, quoted, comma separated."""
-    return _event_columns(connection.alias)
+# The event loop's connections -----------------------------------------------------
 
 
-@functools.cache
-def _event_columns(alias: str) -> str:
-    quote = connections[alias].ops.quote_name
-    return ", ".join(
-        quote(cast("models.Field[Any, Any]", TaskEvent._meta.get_field(name)).column) for name in EVENT_FIELDS
-    )
+class Result(NamedTuple):
+    """A statement's result on the loop: column names, rows, rows affected."""
+
+    names: list[str]
+    rows: list[Any]
+    rowcount: int
+
+    def first(self) -> Any:
+        return self.rows[0] if self.rows else None
+
+
+class NotOnLoop(Exception):
+    """This request cannot be served on the event loop: take the thread path."""
+
+
+def loop_available() -> bool:
+    """Whether the task store can be reached on the loop (Postgres, no role to assume)."""
+    conn = connections[Task.objects.db]
+    return conn.vendor == "postgresql" and "assume_role" not in conn.settings_dict.get("OPTIONS", {})
+
+
+class _Pool:
+    """Idle connections of one event loop, at most ``size`` open at once, each
+    kept no longer than the alias's ``CONN_MAX_AGE`` (as Django keeps its own).
+
+    Opened from ``DATABASES`` for the alias the task manager uses, in
+    autocommit: each operation on the loop is one statement. When the
+    database fails (a connection lost to a restart, say), the connection is
+    dropped, so the next call reconnects, and :class:`NotOnLoop` sends the
+    request to the thread path, which answers as it always has (a 503 while
+    the database is down).
+    """
+
+    def __init__(self, alias: str, size: int) -> None:
+        conn = connections[alias]
+        params = conn.get_connection_params()
+        params.pop("cursor_factory", None)  # Django's is synchronous and binds client-side
+        if params.get("prepare_threshold") is None:
+            params["prepare_threshold"] = _ONLY_WHEN_ASKED
+        self.params = params
+        self.max_age: float | None = conn.settings_dict.get("CONN_MAX_AGE", 0)
+        self.idle: list[tuple[Any, float]] = []
+        self.slots = asyncio.Semaphore(max(1, size))
+
+    async def execute(self, name: str, params: Mapping[str, Any]) -> Result:
+        import psycopg
+
+        text = STATEMENTS[name]
+        async with self.slots:
+            conn, opened = self.idle.pop() if self.idle else (None, 0.0)
+            try:
+                if conn is None or conn.closed:
+                    conn = await psycopg.AsyncConnection.connect(**self.params, autocommit=True)
+                    opened = time.monotonic()
+                async with psycopg.AsyncCursor(conn) as cursor:
+                    await cursor.execute(text, params, prepare=_prepare(text, self.max_age))
+                    described = cursor.description is not None
+                    result = Result(
+                        column_names(cursor) if described else [],
+                        await cursor.fetchall() if described else [],
+                        cursor.rowcount,
+                    )
+            except psycopg.Error as exc:
+                if conn is not None:
+                    _finish(conn)
+                raise NotOnLoop("the task store failed on the event loop") from exc
+            if self.max_age is not None and time.monotonic() - opened >= self.max_age:
+                _finish(conn)  # past CONN_MAX_AGE (0: a connection per call, as Django would)
+            else:
+                self.idle.append((conn, opened))
+            return result
+
+    def close(self) -> None:
+        while self.idle:
+            _finish(self.idle.pop()[0])
+
+
+def _finish(conn: Any) -> None:
+    """Close a connection without awaiting (its loop may be gone)."""
+    with contextlib.suppress(Exception):  # already closed
+        conn.pgconn.finish()
+
+
+_pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Pool] = weakref.WeakKeyDictionary()
+
+
+def _pool() -> _Pool:
+    loop = asyncio.get_running_loop()
+    pool = _pools.get(loop)
+    if pool is None:
+        for other in [other for other in list(_pools) if other.is_closed()]:
+            _pools.pop(other).close()  # a loop that ended (tests run one per request)
+        pool = _pools[loop] = _Pool(Task.objects.db, settings.POLL_CONNECTIONS)
+    return pool
+
+
+async def aexecute(name: str, params: Mapping[str, Any]) -> Result:
+    """Run the statement ``name`` on the running loop's pool, in autocommit
+    (committed when this returns). ``NotOnLoop`` when the database fails."""
+    return await _pool().execute(name, params)
+
+
+def close_pools() -> None:
+    """Close every loop's idle connections (at shutdown, and between tests)."""
+    for loop in list(_pools):
+        _pools.pop(loop).close()
+
+
+@receiver(setting_changed)
+def _forget_pools(*, setting: str, **kwargs: Any) -> None:
+    if setting in ("DATABASES", "MCPTASKS"):
+        close_pools()

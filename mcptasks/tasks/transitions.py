@@ -14,18 +14,18 @@ active status to a terminal one takes the task out of its owner's count
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, cast
+from typing import Any
 
-from django.db import connection, transaction
-from django.db.models import Field, Q
+from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
-from ..models import ACTIVE_STATUSES, TERMINAL_STATUSES, InputRequest, InputRequestState, Task, TaskEvent, TaskStatus
+from ..models import ACTIVE_STATUSES, TERMINAL_STATUSES, InputRequest, InputRequestState, Task, TaskStatus
 from ..telemetry import metrics
 from ..tools.context import validate_input_response
 from . import quota, sql
 from .dispatch import enqueue_after_commit
-from .events import EventKind, announce, record_event, worker_actor
+from .events import EventKind, announce, announce_committed, record_event, worker_actor
 
 
 def _transition(
@@ -106,34 +106,24 @@ def finish_run(task_id: str, result: dict[str, Any], *, worker: str, to: str, me
 
 
 def _finish_run_sql(task_id: str, *, to: str, worker: str, fields: Mapping[str, Any]) -> bool:
-    """``working`` -> ``to`` while ``worker`` holds the lease."""
-    names, columns = sql.task_columns()
-    t = sql.tables()
-    now = timezone.now()
-    # Each name is a concrete field (a column), never a relation's reverse side.
-    targets = [cast("Field[Any, Any]", Task._meta.get_field(f)).column for f in fields]
-    assignments = ", ".join(f"{connection.ops.quote_name(column)} = %s" for column in targets)
-    values = [sql.db_value(Task, name, value) for name, value in fields.items()]
+    """``working`` -> ``to`` while ``worker`` holds the lease (``run_finish``)."""
     actor = worker_actor(worker)
-    statement = f"""
-        WITH finished AS (
-            UPDATE {t["task"]} SET status = %s, updated_at = %s, finished_at = %s, {assignments}
-            WHERE id = %s AND status = %s AND lease_owner = %s
-            RETURNING {columns}
-        ), recorded AS (
-            INSERT INTO {t["event"]} ({sql.event_columns()})
-            SELECT id, %s, '{EventKind.TRANSITION}', %s, status, %s, %s FROM finished
-        ), {quota.slot_ctes("finished", -1, "uncounted")}
-        SELECT * FROM finished
-    """
-    params = [to, now, now, *values, task_id, TaskStatus.WORKING, worker, now, TaskStatus.WORKING, actor]
-    params.append(sql.db_value(TaskEvent, "detail", {}))
-    with connection.cursor() as cursor:
-        cursor.execute(statement, params)
-        row = cursor.fetchone()
+    params = {
+        "task_id": task_id,
+        "to": str(to),
+        "now": timezone.now(),
+        "result": sql.db_value(Task, "result", fields["result"]),
+        "message": fields["status_message"],
+        "working": TaskStatus.WORKING.value,
+        "worker": worker,
+        "kind": EventKind.TRANSITION.value,
+        "actor": actor,
+    }
+    cursor = sql.execute("run_finish", params)
+    row = cursor.fetchone()
     if row is None:
         return False
-    task = Task.objects.from_row(names, row)
+    task = Task.objects.from_row(sql.column_names(cursor), row)
     announce(task_id, TaskStatus.WORKING, to, actor, EventKind.TRANSITION, task=task)
     metrics.task_finished(task.tool_name, to)
     return True
@@ -167,9 +157,48 @@ def fail(
 
 def cancel(task_id: str, *, actor: str, reason: str = "") -> bool:
     """Cancel an active task now. The running tool sees it through its context;
-    a queued run that has not started finds the task terminal and never runs."""
+    a queued run that has not started finds the task terminal and never runs.
+    On Postgres one statement (``task_cancel``), also on the event loop
+    (``acancel``)."""
+    reason = reason or "The task was cancelled."
+    if sql.single_statement():
+        cursor = sql.execute("task_cancel", _cancel_params(task_id, actor, reason))
+        return _cancelled(sql.column_names(cursor), cursor.fetchone(), actor, committed=False)
     with transaction.atomic():
-        return cancel_in_transaction(task_id, actor=actor, reason=reason or "The task was cancelled.")
+        return cancel_in_transaction(task_id, actor=actor, reason=reason)
+
+
+async def acancel(task_id: str, *, actor: str, reason: str = "") -> bool:
+    """``cancel`` on the event loop (Postgres; in autocommit)."""
+    result = await sql.aexecute("task_cancel", _cancel_params(task_id, actor, reason or "The task was cancelled."))
+    return _cancelled(result.names, result.first(), actor, committed=True)
+
+
+def _cancel_params(task_id: str, actor: str, reason: str) -> dict[str, Any]:
+    return {
+        "task_id": task_id,
+        "active": sql.strings(ACTIVE_STATUSES),
+        "cancelled": TaskStatus.CANCELLED.value,
+        "now": timezone.now(),
+        "actor": actor,
+        "reason": reason,
+        "kind": EventKind.TRANSITION.value,
+        "withdrawn": InputRequestState.WITHDRAWN.value,
+        "input_required": TaskStatus.INPUT_REQUIRED.value,
+        "pending": InputRequestState.PENDING.value,
+    }
+
+
+def _cancelled(names: list[str], row: Any, actor: str, *, committed: bool) -> bool:
+    if row is None:
+        return False
+    task = Task.objects.from_row(names[:-1], row[:-1])
+    metrics.task_finished(task.tool_name, TaskStatus.CANCELLED, committed=committed)
+    if committed:
+        announce_committed(task, row[-1], actor, EventKind.TRANSITION)
+    else:
+        announce(task.id, row[-1], TaskStatus.CANCELLED, actor, EventKind.TRANSITION, task=task)
+    return True
 
 
 def cancel_in_transaction(task_id: str, *, actor: str, reason: str) -> bool:

@@ -89,9 +89,11 @@ def operation_finished(method: str, tool: str | None, error_type: str | None, se
     instruments().operation_duration.record(seconds, attributes)
 
 
-def task_created(tool: str) -> None:
+def task_created(tool: str, *, committed: bool = False) -> None:
+    """A task was created: inside its transaction, or ``committed`` already
+    (the event loop's autocommit statement)."""
     if settings.TELEMETRY == NATIVE:
-        _after_commit(instruments().created, tool)
+        _count(instruments().created, tool, committed=committed)
 
 
 _TERMINAL: dict[str, str] = {
@@ -101,10 +103,11 @@ _TERMINAL: dict[str, str] = {
 }
 
 
-def task_finished(tool: str, status: str) -> None:
-    """A task reached a terminal status (called inside its transaction)."""
+def task_finished(tool: str, status: str, *, committed: bool = False) -> None:
+    """A task reached a terminal status: inside its transaction, or
+    ``committed`` already (a statement on the event loop)."""
     if settings.TELEMETRY == NATIVE and status in _TERMINAL:
-        _after_commit(getattr(instruments(), _TERMINAL[status]), tool)
+        _count(getattr(instruments(), _TERMINAL[status]), tool, committed=committed)
 
 
 def tasks_expired(count: int) -> None:
@@ -126,8 +129,11 @@ def run_finished(tool: str, outcome: str, seconds: float) -> None:
     instruments().run_duration.record(seconds, {n.TOOL_NAME: tool, n.RUN_OUTCOME: outcome})
 
 
-def _after_commit(counter: Counter, tool: str) -> None:
-    transaction.on_commit(lambda: counter.add(1, {n.TOOL_NAME: tool}))
+def _count(counter: Counter, tool: str, *, committed: bool) -> None:
+    if committed:  # on the loop, where on_commit would touch the connection synchronously
+        counter.add(1, {n.TOOL_NAME: tool})
+    else:
+        transaction.on_commit(lambda: counter.add(1, {n.TOOL_NAME: tool}))
 
 
 # Gauges -------------------------------------------------------------------------

@@ -101,13 +101,13 @@ class MCPHandler(ASGIHandler):
             return
         if scope.get("method") == "POST":
             try:
-                polled = await _poll_on_loop(scope, body.read())
+                served = await _serve_on_loop(scope, body.read())
             except Exception:  # never the loop's to answer: the thread path does, as before
-                logger.warning("poll left to the thread path after an unexpected error", exc_info=True)
-                polled = None
-            if polled is not None:
+                logger.warning("request left to the thread path after an unexpected error", exc_info=True)
+                served = None
+            if served is not None:
                 body.close()
-                await self.send_response(polled, send)
+                await self.send_response(served, send)
                 return
             body.seek(0)
         set_script_prefix(scope.get("root_path", "") or "/")
@@ -146,9 +146,10 @@ class MCPHandler(ASGIHandler):
                     await task
 
 
-async def _poll_on_loop(scope: Scope, body: bytes) -> HttpResponseBase | None:
-    """The response to a modern ``tasks/get`` served on the event loop, or
-    ``None`` for a request the thread path must serve: one it would refuse
+async def _serve_on_loop(scope: Scope, body: bytes) -> HttpResponseBase | None:
+    """The response to a modern request that the event loop's pipeline
+    serves (``on_loop.METHODS``: a task tool's creation, ``tasks/get``,
+    ``tasks/cancel``), or ``None`` for a request the thread path must serve: one it would refuse
     before the handler (Host, Origin, body, envelope, credentials), one whose
     caller is not in the identity cache (the thread path identifies it and
     fills the cache), and whatever ``on_loop`` leaves to it. So every refusal
@@ -163,7 +164,7 @@ async def _poll_on_loop(scope: Scope, body: bytes) -> HttpResponseBase | None:
     from .rendering import render
     from .views import legacy_wire, origin_allowed
 
-    if b"tasks/get" not in body or not on_loop.available():
+    if not any(method in body for method in _LOOP_METHODS) or not on_loop.available():
         return None  # other requests are parsed once, on the thread path
     headers = _scope_headers(scope)
     if not _host_allowed(headers.get("host")):
@@ -183,23 +184,38 @@ async def _poll_on_loop(scope: Scope, body: bytes) -> HttpResponseBase | None:
         message = jsonrpc.parse_message(data)
     except (ProtocolError, ValueError):
         return None  # the thread path refuses it
-    if message.is_notification or message.method != "tasks/get":
+    if message.is_notification or message.method not in on_loop.METHODS:
         return None
     key = identity_cache.request_key(headers, scope)
     caller = identity_cache.lookup(key) if key is not None else None
     if caller is None:
         return None
     started = request_telemetry.now_ns()
+    # A creation stores the request's trace context on its row, so its span
+    # is current while it runs; other requests report once answered.
+    opened = request_telemetry.open_request(data, headers) if message.method == "tools/call" else None
     try:
-        result = await on_loop.get_task(message, caller, headers)
+        result = await on_loop.serve(message, caller, headers)
     except on_loop.NotOnLoop:
+        request_telemetry.abandon_request(opened)
         return None
     except ProtocolError as exc:
         reply = error_reply(exc, message.id, status=modern.http_status(exc))
+    except BaseException:
+        request_telemetry.abandon_request(opened)  # the thread path serves it, in a span of its own
+        raise
     else:
         reply = result_reply(message.id, result)
-    request_telemetry.served_on_loop(data, headers, started, reply.body, reply.status)
+    if opened is None:
+        request_telemetry.served_on_loop(data, headers, started, reply.body, reply.status)
+    else:
+        request_telemetry.note_reply(reply.body, reply.status)
+        request_telemetry.close_request(opened)
     return render(reply)
+
+
+#: The methods of ``on_loop.METHODS``, as they appear in a body.
+_LOOP_METHODS = (b"tools/call", b"tasks/get", b"tasks/cancel")
 
 
 def _scope_headers(scope: Scope) -> dict[str, str]:

@@ -55,4 +55,6 @@ def enqueue_run(task_id: str) -> bool:
 
 
 def connect() -> None:
-    dispatch.install(enqueue_run)
+    from .messages import loop_sender
+
+    dispatch.install(enqueue_run, loop_sender)

@@ -22,6 +22,9 @@ CHAOS = pytest.mark.postgres_only(
 #: lifecycle's claim and finish as one data-modifying CTE each.
 SINGLE_STATEMENT = pytest.mark.postgres_only(reason="lifecycle's single-statement transitions are raw Postgres SQL")
 
+#: Statements prepared server-side, seen in pg_prepared_statements.
+PREPARED = pytest.mark.postgres_only(reason="statements prepared server-side (pg_prepared_statements)")
+
 #: A test that watches one transaction wait on another's row lock.
 ROW_LOCKS = pytest.mark.postgres_only(
     reason="row locks (SELECT ... FOR UPDATE), with the waiter seen in pg_stat_activity"

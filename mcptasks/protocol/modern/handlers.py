@@ -30,7 +30,7 @@ from ...errors import (
     missing_tasks_extension,
 )
 from ...models import Era, Task, TaskStatus
-from ...tasks import lifecycle
+from ...tasks import lifecycle, reads
 from ...tools.calls import tool_context
 from ...tools.context import ToolContext
 from ...tools.invoke import invoke
@@ -219,8 +219,8 @@ def call_tool(req: Request) -> Reply:
     answers = _mrtr_answers(req, subject, arguments)
     if wants_task and not tool.starts_inline:
         if tool.task == "auto":  # waits a little for the result: not on a web thread
-            return Deferred(lambda cancel: _create_task(req, tool, arguments, {}, cancel.is_set), req.caller.owner)
-        return _create_task(req, tool, arguments, {})
+            return Deferred(lambda cancel: create_task_now(req, tool, arguments, {}, cancel.is_set), req.caller.owner)
+        return create_task_now(req, tool, arguments, {})
 
     def run(ctx: ToolContext) -> dict[str, Any]:
         try:
@@ -233,14 +233,14 @@ def call_tool(req: Request) -> Reply:
                 for key, q in ctx.asked.items()
                 if key in answers
             }
-            return _create_task(req, tool, arguments, answered, lambda: ctx.cancelled)
+            return create_task_now(req, tool, arguments, answered, lambda: ctx.cancelled)
         except TaskCancelled:
             raise call_cancelled() from None
 
     return _inline(req, answers, run, can_hand_off=wants_task)
 
 
-def _create_task(
+def create_task_now(
     req: Request, tool: Tool, arguments: dict[str, Any], answered: Mapping[str, lifecycle.Answer], gone: HungUp = None
 ) -> dict[str, Any]:
     try:
@@ -430,20 +430,27 @@ def owned_task(req: Request, task: Task | None) -> Task:
 
 
 def _task_for(req: Request) -> Task:
-    """The caller's task named by ``params.taskId``."""
-    return owned_task(req, Task.objects.lookup(task_id_param(req), req.caller.owner))
+    return owned_task(req, reads.lookup(task_id_param(req), req.caller.owner))
+
+
+def marks_in_the_read(req: Request) -> bool:
+    """Whether tasks/get marks an outcome's first read as it reads (no scopes to refuse it after)."""
+    return req.caller.scopes is None
 
 
 def get_task(req: Request) -> Reply:
-    task = _task_for(req)
-    limits.throttle_poll(req.caller.owner, task.id, task.poll_interval_ms)
+    task_id, owner = task_id_param(req), req.caller.owner
+    actor = lifecycle.client_actor(owner)
+    read = reads.poll(task_id, owner, actor=actor) if marks_in_the_read(req) else reads.lookup(task_id, owner)
+    task = owned_task(req, read)
+    limits.throttle_poll(owner, task.id, task.poll_interval_ms)
     return polled_task(req, task)
 
 
 def polled_task(req: Request, task: Task) -> dict[str, Any]:
-    """tasks/get's answer once the poll is counted (also on the event loop)."""
-    # Audit: a read of a finished task's outcome (no cost while it runs).
-    lifecycle.note_result_retrieved(task, actor=lifecycle.client_actor(req.caller.owner))
+    """tasks/get's answer once the poll is counted (a scoped caller's first read: audited now)."""
+    if not marks_in_the_read(req):
+        lifecycle.note_result_retrieved(task, actor=lifecycle.client_actor(req.caller.owner))
     return complete(detailed_task(task))
 
 

@@ -1,51 +1,145 @@
-"""``tasks/get`` on the event loop: the common poll without a thread.
+"""The event loop's pipeline for the modern era on Postgres: ``tools/call``
+of a task tool (creation), ``tasks/get``, and ``tasks/cancel``, without a
+thread or a Django request.
 
-The same steps as :func:`handlers.handle` with :func:`handlers.get_task`, in
-the same order and with the same errors; only the task read
-(``mcptasks.tasks.loop_reads``) and the poll throttle
-(:func:`limits.athrottle_poll`) are awaited instead of blocking. Whatever is
-not the common case raises ``NotOnLoop`` before anything is counted or
-written, and the thread path serves it as it always has: a task waiting for
-input (its pending requests are another read), and the first read of a
-finished task's outcome (its audit event is a write).
+Each method takes the same steps as its handler in :mod:`handlers`, in the
+same order and with the same errors, calling the same named operations in
+their loop forms (``lifecycle.acreate_task``, ``reads.apoll``,
+``lifecycle.acancel``: the same statements as the thread path's). Whatever
+is not the common case raises ``NotOnLoop`` before anything is counted or
+written, and the thread path serves it as it always has: an inline tool, an
+``auto`` task, a multi-round-trip call, a task waiting for input (its
+pending requests are another read), the first read of an outcome by a
+caller whose scopes are checked before the read is marked, a run that
+cannot be sent from the loop (a broker other than Redis).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from ...models import TERMINAL_STATUSES, TaskStatus
-from ...tasks import loop_reads, poll_snapshot
-from ...tasks.loop_reads import NotOnLoop
-from .. import limits
+from ...models import TERMINAL_STATUSES, Task, TaskStatus
+from ...tasks import dispatch, lifecycle, poll_snapshot, reads, sql
+from ...tasks.sql import NotOnLoop
+from ...tools.registry import registry
+from .. import authorization, limits
 from ..caller import Caller
 from ..jsonrpc import Message
+from ..shapes import detailed_task
 from . import handlers
-from .headers import check_version, validate_headers
+from .headers import check_param_headers, check_version, validate_headers
 
-__all__ = ["NotOnLoop", "available", "get_task"]
+__all__ = ["METHODS", "NotOnLoop", "available", "read_polled_task", "serve"]
 
 
 def available() -> bool:
-    """Whether polls can be served on the loop at all (checked first, so a
-    request that cannot be is not parsed twice)."""
-    return loop_reads.available() and limits.poll_throttle_on_loop()
+    """Whether requests can be served on the loop at all (checked first, so
+    a request that cannot be is not parsed twice)."""
+    return sql.loop_available() and limits.poll_throttle_on_loop()
 
 
-async def get_task(message: Message, caller: Caller, headers: Mapping[str, str]) -> dict[str, Any]:
-    """The result of a ``tasks/get``; raises ``ProtocolError`` as the thread
+async def serve(message: Message, caller: Caller, headers: Mapping[str, str]) -> dict[str, Any]:
+    """The result of one request; raises ``ProtocolError`` as the thread
     path does, or ``NotOnLoop``."""
-    if message.method != "tasks/get":
+    method = METHODS.get(message.method)
+    if method is None:
         raise NotOnLoop(message.method)
     _version, capabilities = check_version(message, headers)
     validate_headers(message, headers)
-    req = handlers.Request(message, caller, capabilities, headers)
-    task_id = handlers.task_id_param(req)
-    task = handlers.owned_task(req, await poll_snapshot.lookup(task_id, caller.owner, loop_reads.lookup))
+    return await method(handlers.Request(message, caller, capabilities, headers))
+
+
+async def read_polled_task(req: handlers.Request) -> Task:
+    """The one read of a ``tasks/get`` on the loop, for (owner, task id): the
+    caller's task, its first outcome read marked where the read may mark it.
+    Raises ``ProtocolError`` (not found, scopes) or ``NotOnLoop``."""
+    task_id, owner = handlers.task_id_param(req), req.caller.owner
+    read = _marking_read(lifecycle.client_actor(owner)) if handlers.marks_in_the_read(req) else reads.alookup
+    # From the snapshot where that is sound: a row the poll's own statement
+    # marked read may be kept (its outcome_read_at is set), as a later read's.
+    return handlers.owned_task(req, await poll_snapshot.lookup(task_id, owner, read))
+
+
+def _marking_read(actor: str) -> poll_snapshot.Reader:
+    async def read(task_id: str, owner: str) -> Task | None:
+        return await reads.apoll(task_id, owner, actor=actor)
+
+    return read
+
+
+async def get_task(req: handlers.Request) -> dict[str, Any]:
+    task = await read_polled_task(req)
     if task.status == TaskStatus.INPUT_REQUIRED:
         raise NotOnLoop("pending input requests")
-    if task.status in TERMINAL_STATUSES and task.outcome_read_at is None:
-        raise NotOnLoop("first read of the outcome")
-    await limits.athrottle_poll(caller.owner, task.id, task.poll_interval_ms)
-    return handlers.polled_task(req, task)  # audit logging only: the outcome was read before
+    if not handlers.marks_in_the_read(req) and task.status in TERMINAL_STATUSES and task.outcome_read_at is None:
+        raise NotOnLoop("first read of the outcome, after the scope check")
+    await limits.athrottle_poll(req.caller.owner, task.id, task.poll_interval_ms)
+    return handlers.complete(detailed_task(task))
+
+
+async def cancel_task(req: handlers.Request) -> dict[str, Any]:
+    task_id, owner = handlers.task_id_param(req), req.caller.owner
+    task = handlers.owned_task(req, await reads.alookup(task_id, owner))
+    limits.throttle("update", owner)
+    await lifecycle.acancel(task.id, actor=lifecycle.client_actor(owner))
+    return handlers.complete()
+
+
+async def call_tool(req: handlers.Request) -> dict[str, Any]:
+    """A ``tools/call`` that creates a task: committed, then its run
+    published, then answered (``CreateTaskResult``)."""
+    name = req.params.get("name")
+    tool = registry.get(name) if isinstance(name, str) else None
+    if (
+        tool is None  # the thread path answers the error
+        or not req.tasks_enabled
+        or tool.task not in ("optional", "required")
+        or tool.starts_inline
+        or "requestState" in req.params
+        or "inputResponses" in req.params
+        or dispatch.loop_sender() is None
+    ):
+        raise NotOnLoop("not a task tool's plain creation")
+    tool, arguments, _kwargs = handlers.resolve_tool_call(req.params, req.caller.owner)
+    authorization.require_tool(req.caller, tool)
+    check_param_headers(tool, arguments, req.headers)
+    owner = req.caller.owner
+    try:
+        task = await lifecycle.acreate_task(
+            owner=owner,
+            tool_name=tool.name,
+            arguments=arguments,
+            client_capabilities=req.capabilities,
+            ttl_ms=tool.ttl_ms,
+            poll_interval_ms=tool.poll_interval_ms,
+        )
+    except NotOnLoop:
+        task = None
+    if task is None:  # near the owner's quota: its exclusive check, on a thread
+        return await _on_a_thread(lambda: handlers.create_task_now(req, tool, arguments, {}))
+    return handlers.create_task_result(task)
+
+
+async def _on_a_thread(work: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    from asgiref.sync import sync_to_async
+    from django.db import close_old_connections
+
+    from ..threads import worker_threads
+
+    def run() -> dict[str, Any]:
+        close_old_connections()
+        try:
+            return work()
+        finally:
+            close_old_connections()
+
+    return await sync_to_async(run, thread_sensitive=False, executor=worker_threads())()
+
+
+#: The methods the loop serves, by name.
+METHODS: dict[str, Callable[[handlers.Request], Awaitable[dict[str, Any]]]] = {
+    "tools/call": call_tool,
+    "tasks/get": get_task,
+    "tasks/cancel": cancel_task,
+}

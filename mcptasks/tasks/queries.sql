@@ -1,0 +1,366 @@
+-- The raw statements of mcptasks (Postgres), each under its name.
+--
+-- Loaded once by ``mcptasks.tasks.sql``. Every value is a named parameter
+-- (``%(name)s``), statuses and event kinds included; nothing is spliced
+-- into the text at run time. Each statement has an ORM twin for other
+-- databases in the module that runs it, under the same operation name.
+-- ``tests/test_sql_home.py`` checks the table and column names here
+-- against the models.
+--
+-- Rows come back with their columns named, never ``*``: a prepared
+-- statement whose result gained a column (a migration) would fail on every
+-- connection that prepared it before.
+--
+-- The count slots (``*_kept``, ``*_added``) take a slot of the owner's
+-- active-task count that no other transaction holds, or else add one keyed
+-- by the transaction's id: neither ever waits for a lock (``quota``).
+
+
+-- name: task_lookup
+-- The owner's task, with the columns a DetailedTask needs (no write).
+SELECT id, owner, tool_name, era, status, status_message, result, error,
+       created_at, updated_at, ttl_ms, poll_interval_ms, outcome_read_at
+FROM mcptasks_task
+WHERE id = %(task_id)s AND owner = %(owner)s;
+
+
+-- name: task_poll
+-- tasks/get: the owner's task as ``task_lookup`` reads it, and the first
+-- read of a finished task's outcome marked, with its ``result_retrieved``
+-- event, in the same statement. The UPDATE matches only a row that the
+-- statement's snapshot shows terminal and unread; a concurrent first read
+-- makes it match nothing (its guard is re-checked on the newest row).
+WITH found AS (
+    SELECT id, owner, tool_name, era, status, status_message, result, error,
+           created_at, updated_at, ttl_ms, poll_interval_ms, outcome_read_at
+    FROM mcptasks_task
+    WHERE id = %(task_id)s AND owner = %(owner)s
+), marked AS (
+    UPDATE mcptasks_task SET outcome_read_at = %(now)s
+    WHERE id = %(task_id)s AND owner = %(owner)s
+      AND status = ANY(%(terminal)s) AND outcome_read_at IS NULL
+    RETURNING id, status, outcome_read_at
+), recorded AS (
+    INSERT INTO mcptasks_taskevent (task_id, at, kind, from_status, to_status, actor, detail)
+    SELECT id, outcome_read_at, %(kind)s, '', '', %(actor)s, jsonb_build_object('status', status)
+    FROM marked
+)
+SELECT found.id, found.owner, found.tool_name, found.era, found.status, found.status_message,
+       found.result, found.error, found.created_at, found.updated_at, found.ttl_ms,
+       found.poll_interval_ms, coalesce(marked.outcome_read_at, found.outcome_read_at) AS outcome_read_at,
+       marked.id IS NOT NULL AS first_read
+FROM found LEFT JOIN marked ON true;
+
+
+-- name: task_create
+-- A new task and its ``created`` event, counted in its owner's active tasks.
+WITH gate AS (
+    SELECT %(owner)s::varchar AS owner
+), counted_kept AS (
+    UPDATE mcptasks_activetaskcount SET active = active + 1
+    WHERE id = (SELECT id FROM mcptasks_activetaskcount WHERE owner = (SELECT owner FROM gate)
+                LIMIT 1 FOR UPDATE SKIP LOCKED)
+    RETURNING owner
+), counted_added AS (
+    INSERT INTO mcptasks_activetaskcount (owner, slot, active)
+    SELECT owner, mod(txid_current(), 2147483647)::int, 1 FROM gate
+    WHERE NOT EXISTS (SELECT 1 FROM counted_kept)
+    ON CONFLICT (owner, slot) DO UPDATE SET active = mcptasks_activetaskcount.active + EXCLUDED.active
+    RETURNING owner
+), counted AS (
+    SELECT owner FROM counted_kept UNION ALL SELECT owner FROM counted_added
+), created AS (
+    INSERT INTO mcptasks_task (
+        id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
+        result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
+        dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at,
+              started_at, finished_at, snapshot_watched, trace_context
+    )
+    SELECT %(id)s::varchar, %(owner)s::varchar, %(tool_name)s::varchar, %(arguments)s::jsonb,
+           %(era)s::varchar, %(client_capabilities)s::jsonb, %(status)s::varchar,
+           %(status_message)s::text, %(result)s::jsonb, %(error)s::jsonb,
+           %(created_at)s::timestamptz, %(updated_at)s::timestamptz, %(ttl_ms)s::bigint,
+           %(expires_at)s::timestamptz, %(poll_interval_ms)s::int, %(attempts)s::int,
+           %(dispatched_at)s::timestamptz, %(lease_owner)s::varchar, %(lease_expires_at)s::timestamptz,
+           %(cancel_requested_at)s::timestamptz, %(cancelled_by)s::varchar, %(outcome_read_at)s::timestamptz,
+           %(started_at)s::timestamptz, %(finished_at)s::timestamptz, %(snapshot_watched)s::boolean,
+           %(trace_context)s::jsonb
+    FROM counted
+    RETURNING id
+)
+INSERT INTO mcptasks_taskevent (task_id, at, kind, from_status, to_status, actor, detail)
+SELECT id, %(created_at)s, %(kind)s, '', %(status)s, %(actor)s, %(detail)s FROM created;
+
+
+-- name: task_create_within_quota
+-- ``task_create`` only while the owner's count is far below its quota
+-- (``below``), under the owner's quota lock taken shared (held to commit).
+WITH total AS (
+    SELECT coalesce(sum(active), 0) AS n FROM mcptasks_activetaskcount WHERE owner = %(owner)s
+), gate AS MATERIALIZED (
+    SELECT %(owner)s::varchar AS owner, pg_advisory_xact_lock_shared(hashtextextended(%(lock_key)s, 0))
+    FROM total WHERE n < %(below)s
+), counted_kept AS (
+    UPDATE mcptasks_activetaskcount SET active = active + 1
+    WHERE id = (SELECT id FROM mcptasks_activetaskcount WHERE owner = (SELECT owner FROM gate)
+                LIMIT 1 FOR UPDATE SKIP LOCKED)
+    RETURNING owner
+), counted_added AS (
+    INSERT INTO mcptasks_activetaskcount (owner, slot, active)
+    SELECT owner, mod(txid_current(), 2147483647)::int, 1 FROM gate
+    WHERE NOT EXISTS (SELECT 1 FROM counted_kept)
+    ON CONFLICT (owner, slot) DO UPDATE SET active = mcptasks_activetaskcount.active + EXCLUDED.active
+    RETURNING owner
+), counted AS (
+    SELECT owner FROM counted_kept UNION ALL SELECT owner FROM counted_added
+), created AS (
+    INSERT INTO mcptasks_task (
+        id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
+        result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
+        dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at,
+              started_at, finished_at, snapshot_watched, trace_context
+    )
+    SELECT %(id)s::varchar, %(owner)s::varchar, %(tool_name)s::varchar, %(arguments)s::jsonb,
+           %(era)s::varchar, %(client_capabilities)s::jsonb, %(status)s::varchar,
+           %(status_message)s::text, %(result)s::jsonb, %(error)s::jsonb,
+           %(created_at)s::timestamptz, %(updated_at)s::timestamptz, %(ttl_ms)s::bigint,
+           %(expires_at)s::timestamptz, %(poll_interval_ms)s::int, %(attempts)s::int,
+           %(dispatched_at)s::timestamptz, %(lease_owner)s::varchar, %(lease_expires_at)s::timestamptz,
+           %(cancel_requested_at)s::timestamptz, %(cancelled_by)s::varchar, %(outcome_read_at)s::timestamptz,
+           %(started_at)s::timestamptz, %(finished_at)s::timestamptz, %(snapshot_watched)s::boolean,
+           %(trace_context)s::jsonb
+    FROM counted
+    RETURNING id
+)
+INSERT INTO mcptasks_taskevent (task_id, at, kind, from_status, to_status, actor, detail)
+SELECT id, %(created_at)s, %(kind)s, '', %(status)s, %(actor)s, %(detail)s FROM created;
+
+
+-- name: run_claim
+-- A worker takes the lease of a working task nobody holds a live lease on,
+-- records ``run_started``, and reads the answers earlier runs were given.
+WITH claimed AS (
+    UPDATE mcptasks_task
+    SET lease_owner = %(worker)s, lease_expires_at = %(lease)s, attempts = attempts + 1,
+        started_at = COALESCE(started_at, %(now)s)
+    WHERE id = %(task_id)s AND status = %(working)s
+      AND (lease_expires_at IS NULL OR lease_expires_at < %(now)s)
+    RETURNING id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
+              result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
+              dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at,
+              started_at, finished_at, snapshot_watched, trace_context
+), started AS (
+    INSERT INTO mcptasks_taskevent (task_id, at, kind, from_status, to_status, actor, detail)
+    SELECT id, %(now)s, %(kind)s, '', '', %(actor)s, jsonb_build_object('attempt', attempts) FROM claimed
+)
+SELECT id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
+       result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
+       dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at,
+              started_at, finished_at, snapshot_watched, trace_context, (
+    SELECT jsonb_object_agg(key, response) FROM mcptasks_inputrequest
+    WHERE task_id = claimed.id AND state = %(answered)s
+) AS answers
+FROM claimed;
+
+
+-- name: run_finish
+-- ``working`` -> ``to`` (completed or failed) while ``worker`` holds the
+-- lease: the result kept, the lease cleared, the transition's event, and
+-- the task out of its owner's active count.
+WITH finished AS (
+    UPDATE mcptasks_task
+    SET status = %(to)s, updated_at = %(now)s, finished_at = %(now)s, result = %(result)s, status_message = %(message)s,
+        lease_owner = '', lease_expires_at = NULL
+    WHERE id = %(task_id)s AND status = %(working)s AND lease_owner = %(worker)s
+    RETURNING id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
+              result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
+              dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at,
+              started_at, finished_at, snapshot_watched, trace_context
+), recorded AS (
+    INSERT INTO mcptasks_taskevent (task_id, at, kind, from_status, to_status, actor, detail)
+    SELECT id, %(now)s, %(kind)s, %(working)s, status, %(actor)s, jsonb_build_object() FROM finished
+), uncounted_kept AS (
+    UPDATE mcptasks_activetaskcount SET active = active - 1
+    WHERE id = (SELECT id FROM mcptasks_activetaskcount WHERE owner = (SELECT owner FROM finished)
+                LIMIT 1 FOR UPDATE SKIP LOCKED)
+    RETURNING owner
+), uncounted_added AS (
+    INSERT INTO mcptasks_activetaskcount (owner, slot, active)
+    SELECT owner, mod(txid_current(), 2147483647)::int, -1 FROM finished
+    WHERE NOT EXISTS (SELECT 1 FROM uncounted_kept)
+    ON CONFLICT (owner, slot) DO UPDATE SET active = mcptasks_activetaskcount.active + EXCLUDED.active
+    RETURNING owner
+)
+SELECT id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
+       result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
+       dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at,
+              started_at, finished_at, snapshot_watched, trace_context
+FROM finished;
+
+
+-- name: task_cancel
+-- An active task cancelled now: the guarded move (its status re-read under
+-- the row lock, as ``transitions._transition`` does), its event, the
+-- withdrawal of questions it was waiting on, and the task out of its
+-- owner's active count.
+WITH prior AS (
+    SELECT id, status FROM mcptasks_task
+    WHERE id = %(task_id)s AND status = ANY(%(active)s)
+    FOR UPDATE
+), cancelled AS (
+    UPDATE mcptasks_task AS task
+    SET status = %(cancelled)s, updated_at = %(now)s, finished_at = %(now)s, cancel_requested_at = %(now)s,
+        cancelled_by = %(actor)s, status_message = %(reason)s, lease_owner = '', lease_expires_at = NULL
+    FROM prior
+    WHERE task.id = prior.id AND task.status = prior.status
+    RETURNING task.id, task.owner, task.tool_name, task.arguments, task.era, task.client_capabilities, task.status,
+              task.status_message, task.result, task.error,
+              task.created_at, task.updated_at, task.ttl_ms, task.expires_at, task.poll_interval_ms, task.attempts, task.dispatched_at,
+              task.lease_owner, task.lease_expires_at, task.cancel_requested_at, task.cancelled_by, task.outcome_read_at,
+              task.started_at, task.finished_at, task.snapshot_watched, task.trace_context,
+              prior.status AS from_status
+), recorded AS (
+    INSERT INTO mcptasks_taskevent (task_id, at, kind, from_status, to_status, actor, detail)
+    SELECT id, %(now)s, %(kind)s, from_status, status, %(actor)s, jsonb_build_object() FROM cancelled
+), withdrawn AS (
+    UPDATE mcptasks_inputrequest SET state = %(withdrawn)s
+    WHERE task_id IN (SELECT id FROM cancelled WHERE from_status = %(input_required)s)
+      AND state = %(pending)s
+), uncounted_kept AS (
+    UPDATE mcptasks_activetaskcount SET active = active - 1
+    WHERE id = (SELECT id FROM mcptasks_activetaskcount WHERE owner = (SELECT owner FROM cancelled)
+                LIMIT 1 FOR UPDATE SKIP LOCKED)
+    RETURNING owner
+), uncounted_added AS (
+    INSERT INTO mcptasks_activetaskcount (owner, slot, active)
+    SELECT owner, mod(txid_current(), 2147483647)::int, -1 FROM cancelled
+    WHERE NOT EXISTS (SELECT 1 FROM uncounted_kept)
+    ON CONFLICT (owner, slot) DO UPDATE SET active = mcptasks_activetaskcount.active + EXCLUDED.active
+    RETURNING owner
+)
+SELECT id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
+       result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
+       dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at,
+              started_at, finished_at, snapshot_watched, trace_context, from_status
+FROM cancelled;
+
+
+-- name: count_adjust
+-- Add ``delta`` to the owner's count of active tasks.
+WITH source AS (
+    SELECT %(owner)s::varchar AS owner
+), adjusted_kept AS (
+    UPDATE mcptasks_activetaskcount SET active = active + %(delta)s::int
+    WHERE id = (SELECT id FROM mcptasks_activetaskcount WHERE owner = (SELECT owner FROM source)
+                LIMIT 1 FOR UPDATE SKIP LOCKED)
+    RETURNING owner
+), adjusted_added AS (
+    INSERT INTO mcptasks_activetaskcount (owner, slot, active)
+    SELECT owner, mod(txid_current(), 2147483647)::int, %(delta)s::int FROM source
+    WHERE NOT EXISTS (SELECT 1 FROM adjusted_kept)
+    ON CONFLICT (owner, slot) DO UPDATE SET active = mcptasks_activetaskcount.active + EXCLUDED.active
+    RETURNING owner
+)
+SELECT 1;
+
+
+-- name: quota_lock_shared
+-- The owner's quota lock, shared with its other creations, to commit.
+SELECT pg_advisory_xact_lock_shared(hashtextextended(%(lock_key)s, 0));
+
+
+-- name: quota_lock_exclusive
+-- The owner's quota lock alone: waits for every creation in flight.
+SELECT pg_advisory_xact_lock(hashtextextended(%(lock_key)s, 0));
+
+
+-- name: counts_lock_timeout
+-- How long the reconcile waits for the count's writers (this transaction only).
+SELECT set_config('lock_timeout', %(timeout)s, true);
+
+
+-- name: counts_lock
+LOCK TABLE mcptasks_activetaskcount IN EXCLUSIVE MODE;
+
+
+-- name: counts_lock_timeout_reset
+SET LOCAL lock_timeout TO DEFAULT;
+
+
+-- name: prune_batch
+-- Up to ``size`` terminal tasks past their expiry, with every row that
+-- refers to them. Rows another transaction holds are skipped.
+WITH doomed AS (
+    SELECT id FROM mcptasks_task
+    WHERE status = ANY(%(terminal)s) AND expires_at < %(now)s
+    ORDER BY expires_at
+    LIMIT %(size)s
+    FOR UPDATE SKIP LOCKED
+), gone_inputs AS (
+    DELETE FROM mcptasks_inputrequest WHERE task_id IN (SELECT id FROM doomed)
+), gone_events AS (
+    DELETE FROM mcptasks_taskevent WHERE task_id IN (SELECT id FROM doomed)
+), gone_legacy AS (
+    DELETE FROM mcptasks_legacytask WHERE task_id IN (SELECT id FROM doomed)
+)
+DELETE FROM mcptasks_task WHERE id IN (SELECT id FROM doomed);
+
+
+-- name: table_size_estimate
+-- The planner's estimate of a table's rows (-1: never analyzed).
+SELECT reltuples::bigint FROM pg_class WHERE oid = to_regclass(%(table)s);
+
+
+-- name: overview_gauges
+-- The admin overview's gauges, from one snapshot: the active total (the
+-- per-owner counter's slots) and the waiting tasks, counted up to ``cap``.
+SELECT (SELECT COALESCE(SUM(active), 0) FROM mcptasks_activetaskcount),
+       (SELECT COUNT(*) FROM (SELECT 1 FROM mcptasks_task WHERE status = %(input_required)s LIMIT %(cap)s) AS waiting);
+
+
+-- name: overview_settings
+-- For the overview's grouped scans (this transaction only): compiling them
+-- (JIT) costs more than it saves, and their sorts should stay in memory.
+SELECT set_config('jit', 'off', true), set_config('work_mem', %(work_mem)s, true);
+
+
+-- name: overview_created
+-- Tasks created in the window [start, end): per bucket of ``step`` seconds
+-- (and over the whole window: the row whose bucket is null), their count by
+-- status in ``overview.CREATED_STATUSES`` order, and p50/p95 of their queue
+-- wait (to their start, or their finish, or ``now``).
+SELECT bucket,
+       COUNT(*) FILTER (WHERE status = %(working)s), COUNT(*) FILTER (WHERE status = %(input_required)s),
+       COUNT(*) FILTER (WHERE status = %(completed)s), COUNT(*) FILTER (WHERE status = %(failed)s),
+       COUNT(*) FILTER (WHERE status = %(cancelled)s),
+       COUNT(seconds), percentile_cont(ARRAY[0.5, 0.95]) WITHIN GROUP (ORDER BY seconds)
+FROM (
+    SELECT floor(date_part('epoch', created_at - %(start)s::timestamptz) / %(step)s::float8)::int AS bucket, status,
+           date_part('epoch', COALESCE(started_at, finished_at, %(now)s::timestamptz) - created_at) AS seconds
+    FROM mcptasks_task
+    WHERE created_at >= %(start)s::timestamptz AND created_at < %(end)s::timestamptz
+) AS timed
+GROUP BY GROUPING SETS ((bucket), ());
+
+
+-- name: overview_finished
+-- Tasks finished in the window, as ``overview_created`` counts creations:
+-- by status in ``TERMINAL_STATUSES`` order, and p50/p95 of their run time.
+SELECT bucket,
+       COUNT(*) FILTER (WHERE status = %(completed)s), COUNT(*) FILTER (WHERE status = %(failed)s),
+       COUNT(*) FILTER (WHERE status = %(cancelled)s),
+       COUNT(seconds), percentile_cont(ARRAY[0.5, 0.95]) WITHIN GROUP (ORDER BY seconds)
+FROM (
+    SELECT floor(date_part('epoch', finished_at - %(start)s::timestamptz) / %(step)s::float8)::int AS bucket, status,
+           date_part('epoch', finished_at - started_at) AS seconds
+    FROM mcptasks_task
+    WHERE finished_at >= %(start)s::timestamptz AND finished_at < %(end)s::timestamptz
+) AS timed
+GROUP BY GROUPING SETS ((bucket), ());
+
+
+-- name: overview_failures
+-- Tasks that failed in the window, by tool.
+SELECT tool_name, COUNT(*) FROM mcptasks_task
+WHERE finished_at >= %(start)s AND finished_at < %(end)s AND status = %(failed)s
+GROUP BY 1;

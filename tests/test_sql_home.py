@@ -1,0 +1,166 @@
+"""The raw statements' one home (``mcptasks/tasks/queries.sql``): named,
+bound, prepared, and each beside an ORM twin that other databases take."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+
+import pytest
+from django.apps import apps as django_apps
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from mcptasks.models import Task, TaskEvent
+from mcptasks.tasks import lifecycle, reads, sql
+from tests.support import postgres_only
+from tests.support.factories import WORKER, completed_task, make_task, running_task
+
+pytestmark = pytest.mark.django_db
+
+PACKAGE = Path(__file__).resolve().parent.parent / "mcptasks"
+
+
+def test_every_statement_is_named_once_and_used_by_name():
+    text = (PACKAGE / "tasks" / "queries.sql").read_text()
+    names = re.findall(r"^-- name: (\w+)\s*$", text, re.MULTILINE)
+    assert len(names) == len(set(names)) == len(sql.STATEMENTS)
+    source = "\n".join(p.read_text() for p in PACKAGE.rglob("*.py"))
+    unused = [name for name in names if f'"{name}"' not in source]
+    assert unused == []
+
+
+def test_statements_bind_every_value():
+    for name, text in sql.STATEMENTS.items():
+        assert "{" not in text, name  # nothing left to splice in
+        placeholders = re.sub(r"%\(\w+\)s", "", text)
+        assert "%" not in placeholders, name  # only named parameters
+        for value in ("'working'", "'completed'", "'created'", "'transition'", "'answered'", "'run_started'"):
+            assert value not in text, (name, value)  # statuses and kinds are bound
+
+
+def test_statements_name_the_models_tables_and_columns():
+    """The text is plain SQL: a renamed table or a new column must show up here."""
+    tables = {model._meta.db_table for model in django_apps.get_app_config("mcptasks").get_models()}
+    for name, text in sql.STATEMENTS.items():
+        for table in re.findall(r"\bmcptasks_\w+", text):
+            assert table in tables, (name, table)
+    columns = [f.column for f in Task._meta.concrete_fields]
+    for name in ("task_create", "task_create_within_quota"):
+        inserted = re.search(r"INSERT INTO mcptasks_task \(([^)]*)\)", sql.STATEMENTS[name]).group(1)
+        assert [c.strip() for c in inserted.split(",")] == columns, name
+    for name in ("run_claim", "run_finish", "task_cancel"):
+        text = sql.STATEMENTS[name]
+        assert "*" not in text, name  # a prepared ``*`` breaks when a migration adds a column
+        returned = re.search(r"RETURNING ([^)]*?)\n\)", text).group(1).replace("task.", "")
+        assert [c.strip() for c in returned.split(",")][: len(columns)] == columns, name
+    referrers = {rel.related_model._meta.db_table for rel in Task._meta.related_objects}
+    assert {t for t in re.findall(r"DELETE FROM (mcptasks_\w+)", sql.STATEMENTS["prune_batch"])} == referrers | {
+        Task._meta.db_table
+    }
+    assert list(reads.LOOKUP_FIELDS) == re.findall(r"(\w+)(?:,|\s+FROM)", sql.STATEMENTS["task_lookup"])[:13]
+
+
+def _as_prepared(name: str) -> str:
+    """A statement as Postgres lists it once prepared: ``$n`` for each name."""
+    numbers: dict[str, str] = {}
+    return re.sub(
+        r"%\((\w+)\)s", lambda m: numbers.setdefault(m.group(1), f"${len(numbers) + 1}"), sql.STATEMENTS[name]
+    )
+
+
+def _prepared() -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        return [row[0] for row in cursor.fetchall()]
+
+
+@pytest.fixture
+def kept_connections(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Connections kept past their request, as a site's ``CONN_MAX_AGE`` keeps
+    them (the tests' own setting, 0, closes them after each)."""
+    monkeypatch.setitem(connection.settings_dict, "CONN_MAX_AGE", 300)
+
+
+@postgres_only.PREPARED
+def test_the_workers_claim_and_finish_and_a_poll_are_prepared_on_the_connection(kept_connections):
+    task = make_task()
+    lifecycle.start_run(task.id, worker=WORKER)
+    assert lifecycle.complete(task.id, {"content": []}, worker=WORKER)
+    reads.poll(task.id, "alice", actor="client:alice")
+    prepared = _prepared()
+    assert _as_prepared("task_create") in prepared or _as_prepared("task_create_within_quota") in prepared
+    for name in ("run_claim", "run_finish", "task_poll"):
+        assert _as_prepared(name) in prepared, name
+
+
+@postgres_only.PREPARED
+def test_statements_are_not_prepared_when_the_setting_says_so(settings, kept_connections):
+    settings.MCPTASKS = {**settings.MCPTASKS, "PREPARE_STATEMENTS": False}
+    task = make_task()
+    reads.lookup(task.id, "alice")
+    assert _as_prepared("task_lookup") not in _prepared()
+
+
+@postgres_only.PREPARED
+def test_a_connection_closed_after_its_request_prepares_nothing(monkeypatch):
+    monkeypatch.setitem(connection.settings_dict, "CONN_MAX_AGE", 0)
+    task = make_task()
+    reads.lookup(task.id, "alice")
+    assert _as_prepared("task_lookup") not in _prepared()
+
+
+@postgres_only.PREPARED
+@pytest.mark.django_db(transaction=True)
+def test_the_loops_connections_prepare_their_statements():
+    task = completed_task(owner="alice")
+
+    async def poll_twice() -> list[str]:
+        sql._pool().max_age = None  # keep the connection (the tests' CONN_MAX_AGE is 0)
+        for _ in range(2):
+            polled = await reads.apoll(task.id, "alice", actor="client:alice")
+            assert polled is not None and polled.status == "completed"
+        (conn, _opened), *_ = sql._pool().idle
+        async with conn.cursor() as cursor:
+            await cursor.execute("SELECT statement FROM pg_prepared_statements")
+            return [row[0] for row in await cursor.fetchall()]
+
+    assert _as_prepared("task_poll") in asyncio.run(poll_twice())
+    sql.close_pools()
+
+
+@postgres_only.SINGLE_STATEMENT
+def test_the_first_read_of_an_outcome_is_one_statement_with_its_event():
+    task = completed_task(owner="alice")
+    with CaptureQueriesContext(connection) as queries:
+        polled = reads.poll(task.id, "alice", actor="client:alice")
+    assert len(queries) == 1, [q["sql"] for q in queries]
+    assert polled.outcome_read_at is not None
+    (event,) = TaskEvent.objects.filter(task_id=task.id, kind="result_retrieved")
+    assert (event.actor, event.detail, event.at) == ("client:alice", {"status": "completed"}, polled.outcome_read_at)
+    assert Task.objects.get(pk=task.id).outcome_read_at == polled.outcome_read_at
+
+
+def test_poll_marks_the_first_outcome_read_once_on_both_paths(transition_paths):
+    working = running_task(owner="alice")
+    assert reads.poll(working.id, "alice", actor="client:alice").outcome_read_at is None
+    done = completed_task(owner="alice")
+    first = reads.poll(done.id, "alice", actor="client:alice")
+    again = reads.poll(done.id, "alice", actor="client:bob")
+    assert first.outcome_read_at is not None and again.outcome_read_at == first.outcome_read_at
+    assert reads.poll(done.id, "mallory", actor="client:mallory") is None
+    events = TaskEvent.objects.filter(kind="result_retrieved")
+    assert [(e.task_id, e.actor) for e in events] == [(done.id, "client:alice")]
+    assert reads.lookup(done.id, "alice").outcome_read_at == first.outcome_read_at
+
+
+def test_other_databases_are_served_by_the_orm(monkeypatch):
+    monkeypatch.setattr(sql, "single_statement", lambda: False)  # as on any backend but Postgres
+    task = completed_task(owner="alice")
+    with CaptureQueriesContext(connection) as queries:
+        reads.lookup(task.id, "alice")
+    assert all(not q["sql"].startswith("-- ") for q in queries)  # no named statement ran
+    if connection.vendor != "postgresql":
+        with pytest.raises(sql.NotOnLoop):
+            asyncio.run(reads.apoll(task.id, "alice", actor="client:alice"))
