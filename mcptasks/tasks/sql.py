@@ -151,6 +151,11 @@ def loop_available() -> bool:
     return conn.vendor == "postgresql" and "assume_role" not in conn.settings_dict.get("OPTIONS", {})
 
 
+#: ``application_name`` of the event loop's connections (unless the site's
+#: ``OPTIONS`` name one).
+LOOP_APPLICATION_NAME = "mcptasks event loop"
+
+
 class _Pool:
     """Idle connections of one event loop, at most ``size`` open at once, each
     kept no longer than the alias's ``CONN_MAX_AGE`` (as Django keeps its own).
@@ -167,6 +172,8 @@ class _Pool:
         conn = connections[alias]
         params = conn.get_connection_params()
         params.pop("cursor_factory", None)  # Django's is synchronous and binds client-side
+        # Named, so pg_stat_activity tells the loop's connections from the threads'.
+        params.setdefault("application_name", LOOP_APPLICATION_NAME)
         if params.get("prepare_threshold") is None:
             params["prepare_threshold"] = _ONLY_WHEN_ASKED
         self.params = params
