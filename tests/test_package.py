@@ -34,3 +34,19 @@ def test_the_package_says_it_is_typed() -> None:
     assert (REPO / "mcptasks" / "py.typed").is_file()
     package_data = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
     assert "py.typed" in package_data["mcptasks"]
+
+
+def test_every_data_file_of_the_package_goes_into_the_wheel() -> None:
+    """Files the app reads at run time (templates, static files, the named SQL
+    statements) must match a package-data pattern, or a site installed from
+    the wheel fails where a checkout works."""
+    patterns = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["mcptasks"]
+    package = REPO / "mcptasks"
+    data = [
+        path.relative_to(package)
+        for path in package.rglob("*")
+        if path.is_file() and path.suffix not in (".py", ".pyc") and "__pycache__" not in path.parts
+    ]
+    assert data, "the package has data files (templates, queries.sql)"
+    packaged = {path.relative_to(package) for pattern in patterns for path in package.glob(pattern)}
+    assert [str(path) for path in data if path not in packaged] == []
