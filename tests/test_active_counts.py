@@ -126,6 +126,25 @@ def test_a_creation_is_one_statement(limit, quota_limit):
 
 
 @postgres_only.SINGLE_STATEMENT
+@pytest.mark.parametrize("limit", [None, 1000])
+def test_a_creation_takes_the_owners_quota_lock_shared_only_under_a_quota(limit, quota_limit):
+    """Under a quota the statement holds the owner's lock shared to its
+    commit, so an exclusive checker waits for it; with none it takes no lock."""
+    from django.db import transaction
+
+    quota_limit(limit)
+    with transaction.atomic():
+        make_task(owner="locker")
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT mode FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted"
+            )
+            modes = [row[0] for row in cursor.fetchall()]
+    assert modes == ([] if limit is None else ["ShareLock"])
+    assert_counted("locker")
+
+
+@postgres_only.SINGLE_STATEMENT
 def test_a_run_finish_is_still_one_statement():
     task = running_task(owner="fin")
     with CaptureQueriesContext(connection) as queries:

@@ -165,17 +165,18 @@ def _created_statement(task: Task, actor: str, detail: Mapping[str, Any]) -> tup
     }
     params.update(kind=EventKind.CREATED.value, actor=actor, detail=sql.db_value(TaskEvent, "detail", dict(detail)))
     if limit is None:
-        return "task_create", params
-    if limit <= quota.QUOTA_LOCK_MARGIN:
+        params.update(lock_key=None, below=None)
+    elif limit <= quota.QUOTA_LOCK_MARGIN:
         return None
-    params.update(lock_key=quota.quota_lock_key(task.owner), below=limit - quota.QUOTA_LOCK_MARGIN)
-    return "task_create_within_quota", params
+    else:
+        params.update(lock_key=quota.quota_lock_key(task.owner), below=limit - quota.QUOTA_LOCK_MARGIN)
+    return "task_create", params
 
 
 def _insert_created_sql(task: Task, actor: str, detail: Mapping[str, Any]) -> bool:
     """Count the task in its owner's quota, insert it and its ``created``
-    event, in one statement (``task_create``, or ``task_create_within_quota``;
-    its own transaction, or the caller's). Returns ``False``, having done
+    event, in one statement (``task_create``; its own transaction, or the
+    caller's). Returns ``False``, having done
     nothing, when the owner is near its quota: the caller then takes the
     exclusive path of ``quota.take_place``.
 

@@ -77,10 +77,13 @@ def announce(
     transaction.on_commit(lambda: _send(task_id, from_status, to_status, actor, kind, task, pending))
 
 
-def announce_committed(task: Task, from_status: str, actor: str, kind: str) -> None:
+def announce_committed(
+    task: Task, from_status: str, actor: str, kind: str, *, pending: dict[str, Any] | None = None
+) -> None:
     """``announce`` for a change already committed (a statement in
-    autocommit on the event loop), with the row as it left it."""
-    _send(task.id, from_status, task.status, actor, kind, task, {})
+    autocommit on the event loop), with the row as it left it and, where
+    it waits, its pending questions."""
+    _send(task.id, from_status, task.status, actor, kind, task, pending if pending is not None else {})
 
 
 def _send(

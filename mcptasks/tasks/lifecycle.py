@@ -18,7 +18,7 @@ from .maintenance import REDISPATCH_BACKOFF_MAX_FACTOR, SweepReport, expire_now,
 from .operator import RETRYABLE_STATUSES, audit_logger, note_result_retrieved, retry, retry_refusal
 from .quota import QUOTA_LOCK_MARGIN, TooManyActiveTasks, reconcile
 from .runs import Run, claim, heartbeat, held_leases, release, renew_leases, set_status_message, start_run
-from .transitions import acancel, cancel, complete, fail, finish_run, request_input, submit_input
+from .transitions import acancel, asubmit_input, cancel, complete, fail, finish_run, request_input, submit_input
 
 __all__ = [
     "QUOTA_LOCK_MARGIN",
@@ -32,6 +32,7 @@ __all__ = [
     "TooManyActiveTasks",
     "acancel",
     "acreate_task",
+    "asubmit_input",
     "audit_logger",
     "cancel",
     "claim",

@@ -54,52 +54,18 @@ FROM found LEFT JOIN marked ON true;
 
 -- name: task_create
 -- A new task and its ``created`` event, counted in its owner's active tasks.
-WITH gate AS (
-    SELECT %(owner)s::varchar AS owner
-), counted_kept AS (
-    UPDATE mcptasks_activetaskcount SET active = active + 1
-    WHERE id = (SELECT id FROM mcptasks_activetaskcount WHERE owner = (SELECT owner FROM gate)
-                LIMIT 1 FOR UPDATE SKIP LOCKED)
-    RETURNING owner
-), counted_added AS (
-    INSERT INTO mcptasks_activetaskcount (owner, slot, active)
-    SELECT owner, mod(txid_current(), 2147483647)::int, 1 FROM gate
-    WHERE NOT EXISTS (SELECT 1 FROM counted_kept)
-    ON CONFLICT (owner, slot) DO UPDATE SET active = mcptasks_activetaskcount.active + EXCLUDED.active
-    RETURNING owner
-), counted AS (
-    SELECT owner FROM counted_kept UNION ALL SELECT owner FROM counted_added
-), created AS (
-    INSERT INTO mcptasks_task (
-        id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
-        result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
-        dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at,
-              started_at, finished_at, snapshot_watched, trace_context
-    )
-    SELECT %(id)s::varchar, %(owner)s::varchar, %(tool_name)s::varchar, %(arguments)s::jsonb,
-           %(era)s::varchar, %(client_capabilities)s::jsonb, %(status)s::varchar,
-           %(status_message)s::text, %(result)s::jsonb, %(error)s::jsonb,
-           %(created_at)s::timestamptz, %(updated_at)s::timestamptz, %(ttl_ms)s::bigint,
-           %(expires_at)s::timestamptz, %(poll_interval_ms)s::int, %(attempts)s::int,
-           %(dispatched_at)s::timestamptz, %(lease_owner)s::varchar, %(lease_expires_at)s::timestamptz,
-           %(cancel_requested_at)s::timestamptz, %(cancelled_by)s::varchar, %(outcome_read_at)s::timestamptz,
-           %(started_at)s::timestamptz, %(finished_at)s::timestamptz, %(snapshot_watched)s::boolean,
-           %(trace_context)s::jsonb
-    FROM counted
-    RETURNING id
-)
-INSERT INTO mcptasks_taskevent (task_id, at, kind, from_status, to_status, actor, detail)
-SELECT id, %(created_at)s, %(kind)s, '', %(status)s, %(actor)s, %(detail)s FROM created;
-
-
--- name: task_create_within_quota
--- ``task_create`` only while the owner's count is far below its quota
--- (``below``), under the owner's quota lock taken shared (held to commit).
+-- With a quota (``below`` not null), only while the owner's count is far
+-- below it, under the owner's quota lock taken shared (held to commit);
+-- otherwise it inserts nothing. With none, neither count nor lock is read.
 WITH total AS (
-    SELECT coalesce(sum(active), 0) AS n FROM mcptasks_activetaskcount WHERE owner = %(owner)s
+    SELECT coalesce(sum(active), 0) AS n FROM mcptasks_activetaskcount
+    WHERE owner = %(owner)s AND %(below)s::int IS NOT NULL
+), locked AS MATERIALIZED (
+    SELECT pg_advisory_xact_lock_shared(hashtextextended(%(lock_key)s, 0)) FROM total WHERE n < %(below)s::int
 ), gate AS MATERIALIZED (
-    SELECT %(owner)s::varchar AS owner, pg_advisory_xact_lock_shared(hashtextextended(%(lock_key)s, 0))
-    FROM total WHERE n < %(below)s
+    SELECT %(owner)s::varchar AS owner WHERE %(below)s::int IS NULL
+    UNION ALL
+    SELECT %(owner)s::varchar FROM locked
 ), counted_kept AS (
     UPDATE mcptasks_activetaskcount SET active = active + 1
     WHERE id = (SELECT id FROM mcptasks_activetaskcount WHERE owner = (SELECT owner FROM gate)
@@ -118,7 +84,7 @@ WITH total AS (
         id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
         result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
         dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at,
-              started_at, finished_at, snapshot_watched, trace_context
+        started_at, finished_at, snapshot_watched, trace_context
     )
     SELECT %(id)s::varchar, %(owner)s::varchar, %(tool_name)s::varchar, %(arguments)s::jsonb,
            %(era)s::varchar, %(client_capabilities)s::jsonb, %(status)s::varchar,
@@ -156,7 +122,7 @@ WITH claimed AS (
 SELECT id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
        result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
        dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at,
-              started_at, finished_at, snapshot_watched, trace_context, (
+       started_at, finished_at, snapshot_watched, trace_context, (
     SELECT jsonb_object_agg(key, response) FROM mcptasks_inputrequest
     WHERE task_id = claimed.id AND state = %(answered)s
 ) AS answers
@@ -194,7 +160,7 @@ WITH finished AS (
 SELECT id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
        result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
        dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at,
-              started_at, finished_at, snapshot_watched, trace_context
+       started_at, finished_at, snapshot_watched, trace_context
 FROM finished;
 
 
@@ -241,8 +207,59 @@ WITH prior AS (
 SELECT id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
        result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
        dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at,
-              started_at, finished_at, snapshot_watched, trace_context, from_status
+       started_at, finished_at, snapshot_watched, trace_context, from_status
 FROM cancelled;
+
+
+-- name: task_lock
+-- tasks/update, first: the task's row locked to the end of the transaction,
+-- as every writer of its questions locks it, so the next statements' fresh
+-- snapshot sees its questions settled.
+SELECT status FROM mcptasks_task WHERE id = %(task_id)s FOR UPDATE;
+
+
+-- name: input_pending
+-- The task's questions still waiting for an answer (under ``task_lock``).
+SELECT key, method, params FROM mcptasks_inputrequest
+WHERE task_id = %(task_id)s AND state = %(pending)s;
+
+
+-- name: input_answer
+-- tasks/update, last (under ``task_lock``): the answers recorded on their
+-- pending questions, the ``input`` event, and either the task resumed
+-- (``resume``: it waited and this answers its last question, with the
+-- transition's event after the input's) or its update time touched, so
+-- listeners see the shorter list. Returns the task's row as left.
+WITH answered AS (
+    UPDATE mcptasks_inputrequest AS request
+    SET state = %(answered)s, response = answer.value, answered_at = %(now)s
+    FROM jsonb_each(%(answers)s::jsonb) AS answer
+    WHERE request.task_id = %(task_id)s AND request.state = %(pending)s AND request.key = answer.key
+), moved AS (
+    UPDATE mcptasks_task
+    SET status = CASE WHEN %(resume)s THEN %(working)s ELSE status END,
+        status_message = CASE WHEN %(resume)s THEN '' ELSE status_message END,
+        dispatched_at = CASE WHEN %(resume)s THEN %(now)s ELSE dispatched_at END,
+        updated_at = %(now)s
+    WHERE id = %(task_id)s
+    RETURNING id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
+              result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
+              dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at,
+              started_at, finished_at, snapshot_watched, trace_context
+), recorded AS (
+    INSERT INTO mcptasks_taskevent (task_id, at, kind, from_status, to_status, actor, detail)
+    SELECT %(task_id)s, %(now)s, event.kind, event.from_status, event.to_status, %(actor)s, event.detail
+    FROM (VALUES (1, %(input)s::varchar, ''::varchar, ''::varchar, %(detail)s::jsonb),
+                 (2, %(transition)s::varchar, %(input_required)s::varchar, %(working)s::varchar, jsonb_build_object()))
+         AS event (n, kind, from_status, to_status, detail)
+    WHERE event.n = 1 OR %(resume)s
+    ORDER BY event.n
+)
+SELECT id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
+       result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
+       dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at,
+       started_at, finished_at, snapshot_watched, trace_context
+FROM moved;
 
 
 -- name: count_adjust

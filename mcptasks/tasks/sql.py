@@ -28,7 +28,7 @@ import re
 import sys
 import time
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -141,6 +141,28 @@ class Result(NamedTuple):
         return self.rows[0] if self.rows else None
 
 
+class Session:
+    """A connection of the loop's pool, lent for one operation."""
+
+    def __init__(self, conn: Any, max_age: float | None) -> None:
+        self.conn = conn
+        self.max_age = max_age
+
+    async def execute(self, name: str, params: Mapping[str, Any]) -> Result:
+        """Run the statement ``name`` (prepared where ``_prepare`` says)."""
+        import psycopg
+
+        text = STATEMENTS[name]
+        async with psycopg.AsyncCursor(self.conn) as cursor:
+            await cursor.execute(text, params, prepare=_prepare(text, self.max_age))
+            described = cursor.description is not None
+            return Result(
+                column_names(cursor) if described else [],
+                await cursor.fetchall() if described else [],
+                cursor.rowcount,
+            )
+
+
 class NotOnLoop(Exception):
     """This request cannot be served on the event loop: take the thread path."""
 
@@ -181,33 +203,34 @@ class _Pool:
         self.idle: list[tuple[Any, float]] = []
         self.slots = asyncio.Semaphore(max(1, size))
 
-    async def execute(self, name: str, params: Mapping[str, Any]) -> Result:
+    @contextlib.asynccontextmanager
+    async def session(self) -> AsyncIterator[Session]:
+        """One of the pool's connections, for one statement or one transaction."""
         import psycopg
 
-        text = STATEMENTS[name]
         async with self.slots:
             conn, opened = self.idle.pop() if self.idle else (None, 0.0)
             try:
                 if conn is None or conn.closed:
                     conn = await psycopg.AsyncConnection.connect(**self.params, autocommit=True)
                     opened = time.monotonic()
-                async with psycopg.AsyncCursor(conn) as cursor:
-                    await cursor.execute(text, params, prepare=_prepare(text, self.max_age))
-                    described = cursor.description is not None
-                    result = Result(
-                        column_names(cursor) if described else [],
-                        await cursor.fetchall() if described else [],
-                        cursor.rowcount,
-                    )
+                yield Session(conn, self.max_age)
             except psycopg.Error as exc:
                 if conn is not None:
                     _finish(conn)
                 raise NotOnLoop("the task store failed on the event loop") from exc
+            except BaseException:
+                # Not the database's failure (a refused answer, a cancelled
+                # request): the connection is kept if its transaction ended.
+                if conn is not None and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                    _finish(conn)
+                elif conn is not None:
+                    self.idle.append((conn, opened))
+                raise
             if self.max_age is not None and time.monotonic() - opened >= self.max_age:
                 _finish(conn)  # past CONN_MAX_AGE (0: a connection per call, as Django would)
             else:
                 self.idle.append((conn, opened))
-            return result
 
     def close(self) -> None:
         while self.idle:
@@ -236,7 +259,18 @@ def _pool() -> _Pool:
 async def aexecute(name: str, params: Mapping[str, Any]) -> Result:
     """Run the statement ``name`` on the running loop's pool, in autocommit
     (committed when this returns). ``NotOnLoop`` when the database fails."""
-    return await _pool().execute(name, params)
+    async with _pool().session() as session:
+        return await session.execute(name, params)
+
+
+@contextlib.asynccontextmanager
+async def atransaction() -> AsyncIterator[Session]:
+    """One transaction on the running loop's pool, committed when the block
+    ends and rolled back if it raises (``NotOnLoop`` when the database
+    fails). For an operation whose later statements need a row lock's fresh
+    snapshot, which one statement cannot have."""
+    async with _pool().session() as session, session.conn.transaction():
+        yield session
 
 
 def close_pools() -> None:

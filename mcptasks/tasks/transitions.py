@@ -20,7 +20,15 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from ..models import ACTIVE_STATUSES, TERMINAL_STATUSES, InputRequest, InputRequestState, Task, TaskStatus
+from ..models import (
+    ACTIVE_STATUSES,
+    TERMINAL_STATUSES,
+    InputRequest,
+    InputRequestState,
+    Task,
+    TaskEvent,
+    TaskStatus,
+)
 from ..telemetry import metrics
 from ..tools.context import validate_input_response
 from . import quota, sql
@@ -288,3 +296,60 @@ def submit_input(task_id: str, responses: Mapping[str, Any], *, actor: str) -> l
             Task.objects.filter(pk=task_id).update(updated_at=now)
             announce(task_id, status, status, actor, EventKind.INPUT)
         return accepted
+
+
+async def asubmit_input(task_id: str, responses: Mapping[str, Any], *, actor: str) -> list[str]:
+    """``submit_input`` on the event loop (Postgres), the same steps in one
+    transaction: the task's row locked (``task_lock``), its pending questions
+    read afresh under the lock (``input_pending``), the answers checked, then
+    recorded with the task resumed or touched (``input_answer``). Once
+    committed, a resumed task's run is published from the loop. The caller
+    checks that a loop sender is installed."""
+    from .dispatch import loop_sender
+
+    now = timezone.now()
+    async with sql.atransaction() as db:
+        locked = (await db.execute("task_lock", {"task_id": task_id})).first()
+        if locked is None or locked[0] not in ACTIVE_STATUSES:
+            return []
+        status = locked[0]
+        pending_state = InputRequestState.PENDING.value
+        pending = {
+            key: {"method": method, "params": params}
+            for key, method, params in (
+                await db.execute("input_pending", {"task_id": task_id, "pending": pending_state})
+            ).rows
+        }
+        accepted = [key for key in pending if key in responses]
+        for key in accepted:  # all or nothing, as on a thread
+            validate_input_response(pending[key]["method"], key, responses[key])
+        if not accepted:
+            return accepted
+        resume = status == TaskStatus.INPUT_REQUIRED and len(accepted) == len(pending)
+        left = await db.execute(
+            "input_answer",
+            {
+                "task_id": task_id,
+                "now": now,
+                "actor": actor,
+                "answers": sql.db_value(InputRequest, "response", {key: responses[key] for key in accepted}),
+                "answered": InputRequestState.ANSWERED.value,
+                "pending": pending_state,
+                "resume": resume,
+                "working": TaskStatus.WORKING.value,
+                "input_required": TaskStatus.INPUT_REQUIRED.value,
+                "input": EventKind.INPUT.value,
+                "transition": EventKind.TRANSITION.value,
+                "detail": sql.db_value(TaskEvent, "detail", {"keys": accepted}),
+            },
+        )
+    task = Task.objects.from_row(left.names, left.first())
+    if resume:
+        announce_committed(task, status, actor, EventKind.TRANSITION)
+        send = loop_sender()
+        assert send is not None, "the caller checks that a loop sender is installed"
+        await send(task_id)
+    else:
+        remaining = {key: asked for key, asked in pending.items() if key not in accepted}
+        announce_committed(task, status, actor, EventKind.INPUT, pending=remaining)
+    return accepted

@@ -149,7 +149,7 @@ class MCPHandler(ASGIHandler):
 async def _serve_on_loop(scope: Scope, body: bytes) -> HttpResponseBase | None:
     """The response to a modern request that the event loop's pipeline
     serves (``on_loop.METHODS``: a task tool's creation, ``tasks/get``,
-    ``tasks/cancel``), or ``None`` for a request the thread path must serve: one it would refuse
+    ``tasks/update``, ``tasks/cancel``), or ``None`` for a request the thread path must serve: one it would refuse
     before the handler (Host, Origin, body, envelope, credentials), one whose
     caller is not in the identity cache (the thread path identifies it and
     fills the cache), and whatever ``on_loop`` leaves to it. So every refusal
@@ -215,7 +215,8 @@ async def _serve_on_loop(scope: Scope, body: bytes) -> HttpResponseBase | None:
 
 
 #: The methods of ``on_loop.METHODS``, as they appear in a body.
-_LOOP_METHODS = (b"tools/call", b"tasks/get", b"tasks/cancel")
+#: ``on_loop.METHODS`` as bytes, to pass over other bodies unparsed.
+_LOOP_METHODS = (b"tools/call", b"tasks/get", b"tasks/update", b"tasks/cancel")
 
 
 def _scope_headers(scope: Scope) -> dict[str, str]:

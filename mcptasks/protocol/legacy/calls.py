@@ -9,8 +9,8 @@ from typing import Any
 from ...models import LegacySession
 from .. import jsonrpc
 from ..caller import Caller
-from ..modern import handlers as modern
 from ..modern.headers import META_SERVER_INFO
+from ..modern.request import Request
 from ..streaming import Stream
 
 TASKS_VERSION = "2025-11-25"
@@ -46,11 +46,11 @@ class Call:
         """The server sends the client requests only after ``initialized``."""
         return self.session.initialized_at is not None
 
-    def modern_request(self, params: dict[str, Any] | None = None) -> modern.Request:
+    def modern_request(self, params: dict[str, Any] | None = None) -> Request:
         """This call as the 2026-07-28 handlers take it (to reuse them)."""
         body = {k: v for k, v in (self.params if params is None else params).items() if k != "_meta"}
         message = jsonrpc.Message(method=self.message.method, params=body, id=self.message.id)
-        return modern.Request(message, self.caller, dict(self.session.client_capabilities))
+        return Request(message, self.caller, dict(self.session.client_capabilities))
 
 
 Reply = dict[str, Any] | Stream

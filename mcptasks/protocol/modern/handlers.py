@@ -26,7 +26,6 @@ from ...errors import (
     InvalidParams,
     ProtocolError,
     TaskCancelled,
-    TaskNotFound,
     missing_tasks_extension,
 )
 from ...models import Era, Task, TaskStatus
@@ -47,11 +46,11 @@ from .headers import (
     META_SERVER_INFO,
     check_param_headers,
     check_version,
-    has_tasks_extension,
     server_info,
     supported_versions,
     validate_headers,
 )
+from .request import Request, input_responses, marks_in_the_read, owned_task, task_id_param
 from .request_state import load_request_state, sign_request_state
 
 # Results -------------------------------------------------------------------------
@@ -72,28 +71,6 @@ def create_task_result(task: Task) -> dict[str, Any]:
 # Handlers ----------------------------------------------------------------------------
 
 Reply = dict[str, Any] | Stream | Deferred
-
-
-class Request:
-    """One modern request, validated: the handlers' input."""
-
-    def __init__(
-        self, message: Message, caller: Caller, capabilities: dict[str, Any], headers: Mapping[str, str] | None = None
-    ) -> None:
-        self.message = message
-        self.headers = headers or {}
-        self.params = message.params
-        self.meta: dict[str, Any] = message.params.get("_meta") or {}
-        self.caller = caller
-        self.capabilities = capabilities
-
-    @property
-    def tasks_enabled(self) -> bool:
-        return has_tasks_extension(self.capabilities)
-
-    @property
-    def wants_notifications(self) -> bool:
-        return "progressToken" in self.meta or META_LOG_LEVEL in self.meta
 
 
 def server_capabilities() -> dict[str, Any]:
@@ -409,33 +386,8 @@ def listen(req: Request) -> Reply:
 # Tasks ---------------------------------------------------------------------------------
 
 
-def task_id_param(req: Request) -> str:
-    """The task id a task method names; -32021 first, then -32602."""
-    if not req.tasks_enabled:
-        raise missing_tasks_extension()
-    task_id = req.params.get("taskId")
-    if not isinstance(task_id, str) or not task_id:
-        raise InvalidParams('"taskId" (a string) is required')
-    if "\x00" in task_id or len(task_id) > 64:
-        raise TaskNotFound()  # no stored id has them: the same answer as any unknown id
-    return task_id
-
-
-def owned_task(req: Request, task: Task | None) -> Task:
-    """The looked-up task, if the caller may see it (-32602 otherwise)."""
-    if task is None:
-        raise TaskNotFound()
-    authorization.require_task(req.caller, task)
-    return task
-
-
 def _task_for(req: Request) -> Task:
     return owned_task(req, reads.lookup(task_id_param(req), req.caller.owner))
-
-
-def marks_in_the_read(req: Request) -> bool:
-    """Whether tasks/get marks an outcome's first read as it reads (no scopes to refuse it after)."""
-    return req.caller.scopes is None
 
 
 def get_task(req: Request) -> Reply:
@@ -457,11 +409,7 @@ def polled_task(req: Request, task: Task) -> dict[str, Any]:
 def update_task(req: Request) -> Reply:
     task = _task_for(req)
     limits.throttle("update", req.caller.owner)
-    responses = req.params.get("inputResponses")
-    if not isinstance(responses, dict):
-        raise InvalidParams('"inputResponses" (an object) is required')
-    limits.check_size(responses, settings.MAX_INPUT_RESPONSES_BYTES, "inputResponses")
-    lifecycle.submit_input(task.id, responses, actor=lifecycle.client_actor(req.caller.owner))
+    lifecycle.submit_input(task.id, input_responses(req), actor=lifecycle.client_actor(req.caller.owner))
     return complete()
 
 

@@ -1,14 +1,15 @@
 """The event loop's pipeline for the modern era on Postgres: ``tools/call``
-of a task tool (creation), ``tasks/get``, and ``tasks/cancel``, without a
-thread or a Django request.
+of a task tool (creation), ``tasks/get``, ``tasks/update`` and
+``tasks/cancel``, without a thread or a Django request.
 
 Each method takes the same steps as its handler in :mod:`handlers`, in the
 same order and with the same errors, calling the same named operations in
 their loop forms (``lifecycle.acreate_task``, ``reads.apoll``,
-``lifecycle.acancel``: the same statements as the thread path's). Whatever
-is not the common case raises ``NotOnLoop`` before anything is counted or
-written, and the thread path serves it as it always has: an inline tool, an
-``auto`` task, a multi-round-trip call, a task waiting for input (its
+``lifecycle.asubmit_input``, ``lifecycle.acancel``: the statements of
+``queries.sql``, on the loop's own connections). Whatever is not the common
+case raises ``NotOnLoop`` before anything is counted or written, and the
+thread path serves it as it always has: an inline tool, an ``auto`` task, a
+multi-round-trip call, a ``tasks/get`` of a task waiting for input (its
 pending requests are another read), the first read of an outcome by a
 caller whose scopes are checked before the read is marked, a run that
 cannot be sent from the loop (a broker other than Redis).
@@ -27,7 +28,7 @@ from .. import authorization, limits
 from ..caller import Caller
 from ..jsonrpc import Message
 from ..shapes import detailed_task
-from . import handlers
+from . import handlers, request
 from .headers import check_param_headers, check_version, validate_headers
 
 __all__ = ["METHODS", "NotOnLoop", "available", "read_polled_task", "serve"]
@@ -47,18 +48,18 @@ async def serve(message: Message, caller: Caller, headers: Mapping[str, str]) ->
         raise NotOnLoop(message.method)
     _version, capabilities = check_version(message, headers)
     validate_headers(message, headers)
-    return await method(handlers.Request(message, caller, capabilities, headers))
+    return await method(request.Request(message, caller, capabilities, headers))
 
 
-async def read_polled_task(req: handlers.Request) -> Task:
+async def read_polled_task(req: request.Request) -> Task:
     """The one read of a ``tasks/get`` on the loop, for (owner, task id): the
     caller's task, its first outcome read marked where the read may mark it.
     Raises ``ProtocolError`` (not found, scopes) or ``NotOnLoop``."""
-    task_id, owner = handlers.task_id_param(req), req.caller.owner
-    read = _marking_read(lifecycle.client_actor(owner)) if handlers.marks_in_the_read(req) else reads.alookup
+    task_id, owner = request.task_id_param(req), req.caller.owner
+    read = _marking_read(lifecycle.client_actor(owner)) if request.marks_in_the_read(req) else reads.alookup
     # From the snapshot where that is sound: a row the poll's own statement
     # marked read may be kept (its outcome_read_at is set), as a later read's.
-    return handlers.owned_task(req, await poll_snapshot.lookup(task_id, owner, read))
+    return request.owned_task(req, await poll_snapshot.lookup(task_id, owner, read))
 
 
 def _marking_read(actor: str) -> poll_snapshot.Reader:
@@ -68,25 +69,35 @@ def _marking_read(actor: str) -> poll_snapshot.Reader:
     return read
 
 
-async def get_task(req: handlers.Request) -> dict[str, Any]:
+async def get_task(req: request.Request) -> dict[str, Any]:
     task = await read_polled_task(req)
     if task.status == TaskStatus.INPUT_REQUIRED:
         raise NotOnLoop("pending input requests")
-    if not handlers.marks_in_the_read(req) and task.status in TERMINAL_STATUSES and task.outcome_read_at is None:
+    if not request.marks_in_the_read(req) and task.status in TERMINAL_STATUSES and task.outcome_read_at is None:
         raise NotOnLoop("first read of the outcome, after the scope check")
     await limits.athrottle_poll(req.caller.owner, task.id, task.poll_interval_ms)
     return handlers.complete(detailed_task(task))
 
 
-async def cancel_task(req: handlers.Request) -> dict[str, Any]:
-    task_id, owner = handlers.task_id_param(req), req.caller.owner
-    task = handlers.owned_task(req, await reads.alookup(task_id, owner))
+async def cancel_task(req: request.Request) -> dict[str, Any]:
+    task_id, owner = request.task_id_param(req), req.caller.owner
+    task = request.owned_task(req, await reads.alookup(task_id, owner))
     limits.throttle("update", owner)
     await lifecycle.acancel(task.id, actor=lifecycle.client_actor(owner))
     return handlers.complete()
 
 
-async def call_tool(req: handlers.Request) -> dict[str, Any]:
+async def update_task(req: request.Request) -> dict[str, Any]:
+    task_id, owner = request.task_id_param(req), req.caller.owner
+    if dispatch.loop_sender() is None:  # a resumed task's run must be sent from here
+        raise NotOnLoop("a run cannot be sent from the loop")
+    task = request.owned_task(req, await reads.alookup(task_id, owner))
+    limits.throttle("update", owner)
+    await lifecycle.asubmit_input(task.id, request.input_responses(req), actor=lifecycle.client_actor(owner))
+    return handlers.complete()
+
+
+async def call_tool(req: request.Request) -> dict[str, Any]:
     """A ``tools/call`` that creates a task: committed, then its run
     published, then answered (``CreateTaskResult``)."""
     name = req.params.get("name")
@@ -138,8 +149,9 @@ async def _on_a_thread(work: Callable[[], dict[str, Any]]) -> dict[str, Any]:
 
 
 #: The methods the loop serves, by name.
-METHODS: dict[str, Callable[[handlers.Request], Awaitable[dict[str, Any]]]] = {
+METHODS: dict[str, Callable[[request.Request], Awaitable[dict[str, Any]]]] = {
     "tools/call": call_tool,
     "tasks/get": get_task,
+    "tasks/update": update_task,
     "tasks/cancel": cancel_task,
 }
