@@ -162,3 +162,23 @@ def test_other_databases_are_served_by_the_orm(monkeypatch):
     if connection.vendor != "postgresql":
         with pytest.raises(sql.NotOnLoop):
             asyncio.run(reads.apoll(task.id, "alice", actor="client:alice"))
+
+
+def test_a_creations_parameters_are_what_the_orm_would_save():
+    """``column_params`` adapts only the JSON columns; every other value is
+    already what ``get_db_prep_save`` would give the driver."""
+    from django.db import connection
+
+    from mcptasks.tasks import creation
+
+    task, _actor, _detail = creation._new_task(
+        "alice", "slow_compute", {"seconds": 1}, "2026-07-28", {"tasks": {}}, 60_000, None, enqueue=True
+    )
+    fast = creation.column_params(task)
+    for field in Task._meta.concrete_fields:
+        expected = field.get_db_prep_save(field.pre_save(task, add=True), connection)
+        got = fast[field.attname]
+        if hasattr(expected, "obj"):  # psycopg's Jsonb wrapper
+            assert (type(got), got.obj) == (type(expected), expected.obj), field.name
+        else:
+            assert (type(got), got) == (type(expected), expected), field.name

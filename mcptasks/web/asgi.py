@@ -215,7 +215,6 @@ async def _serve_on_loop(scope: Scope, body: bytes) -> HttpResponseBase | None:
 
 
 #: The methods of ``on_loop.METHODS``, as they appear in a body.
-#: ``on_loop.METHODS`` as bytes, to pass over other bodies unparsed.
 _LOOP_METHODS = (b"tools/call", b"tasks/get", b"tasks/update", b"tasks/cancel")
 
 
