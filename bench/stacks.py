@@ -304,10 +304,14 @@ class Bench:
         self.webs["peer1"] = web
         return web
 
-    def start_mcp_web(self, key: str, *, db: str | None = None, conn_max_age: str | None = None) -> Web:
+    def start_mcp_web(
+        self, key: str, *, db: str | None = None, conn_max_age: str | None = None, snapshot: bool = True
+    ) -> Web:
         spec = MCP_WEB[key]
         port = free_port()
         extra = {"CONN_MAX_AGE": conn_max_age} if conn_max_age is not None else {}
+        if not snapshot:  # every poll reads the database (scale: the table's own cost)
+            extra["MCP_POLL_SNAPSHOT"] = "false"
         name = key if db is None and conn_max_age is None else f"{key}-{db or 'main'}-{conn_max_age}"
         log = self.logs / f"mcptasks-{name}.log"
         proc = procs.start(spec["argv"](port), env=self.mcp_env(db=db, **extra), log=log, cwd=REPO)
