@@ -92,8 +92,11 @@ def test_killed_run_is_rerun_to_completion(live, live_stack):
     assert final["status"] == "completed"
     assert "survivor" in final["result"]["content"][0]["text"]
 
+    # The second run comes from the sweeper's redispatch (a ``redispatched``
+    # event) or from Celery's own redelivery of the lost message
+    # (``reject_on_worker_lost``), whichever finds the lease lapsed first: the
+    # claim's guard lets only one of them run it, and only once the lease lapsed.
     kinds = [e["kind"] for e in live_stack.events(task_id)]
-    assert kinds.count("redispatched") >= 1
     assert kinds.count("run_started") >= 2
     terminal = [e for e in live_stack.events(task_id) if e["to_status"] in TERMINAL]
     assert [(e["from_status"], e["to_status"]) for e in terminal] == [("working", "completed")]
