@@ -164,6 +164,7 @@ def test_other_databases_are_served_by_the_orm(monkeypatch):
             asyncio.run(reads.apoll(task.id, "alice", actor="client:alice"))
 
 
+@postgres_only.SINGLE_STATEMENT
 def test_a_creations_parameters_are_what_the_orm_would_save():
     """``column_params`` adapts only the JSON columns; every other value is
     already what ``get_db_prep_save`` would give the driver."""
