@@ -225,12 +225,15 @@ class _Pool:
                 if conn is not None and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                     _finish(conn)
                 elif conn is not None:
-                    self.idle.append((conn, opened))
+                    self._give_back(conn, opened)
                 raise
-            if self.max_age is not None and time.monotonic() - opened >= self.max_age:
-                _finish(conn)  # past CONN_MAX_AGE (0: a connection per call, as Django would)
-            else:
-                self.idle.append((conn, opened))
+            self._give_back(conn, opened)
+
+    def _give_back(self, conn: Any, opened: float) -> None:
+        if self.max_age is not None and time.monotonic() - opened >= self.max_age:
+            _finish(conn)  # past CONN_MAX_AGE (0: a connection per call, as Django would)
+        else:
+            self.idle.append((conn, opened))
 
     def close(self) -> None:
         while self.idle:

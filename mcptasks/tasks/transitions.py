@@ -32,7 +32,7 @@ from ..models import (
 from ..telemetry import metrics
 from ..tools.context import validate_input_response
 from . import quota, sql
-from .dispatch import enqueue_after_commit
+from .dispatch import enqueue_after_commit, loop_sender
 from .events import EventKind, announce, announce_committed, record_event, worker_actor
 
 
@@ -305,8 +305,6 @@ async def asubmit_input(task_id: str, responses: Mapping[str, Any], *, actor: st
     recorded with the task resumed or touched (``input_answer``). Once
     committed, a resumed task's run is published from the loop. The caller
     checks that a loop sender is installed."""
-    from .dispatch import loop_sender
-
     now = timezone.now()
     async with sql.atransaction() as db:
         locked = (await db.execute("task_lock", {"task_id": task_id})).first()

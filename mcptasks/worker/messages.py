@@ -143,23 +143,19 @@ class LoopPublisher:
 
 
 _publishers: dict[tuple[Any, ...], LoopPublisher | None] = {}
-_last: tuple[tuple[Any, ...], LoopPublisher | None] | None = None
 
 
 def loop_sender() -> Callable[[str], Awaitable[bool]] | None:
     """The event loop's sender of runs for the current configuration, or
     ``None`` where the template would not be what Celery sends (creation
     then stays on a thread)."""
-    global _last
     # Keyed by what the broker's URL is read from, not by the URL (reading
     # Celery's configuration costs more than the rest of the check): a
     # process configures its Celery app once, before it serves.
     key = (settings.CELERY_QUEUE, _broker_url, run_task.app)
-    if _last is None or _last[0] != key:
-        if key not in _publishers:
-            _publishers[key] = _publisher()
-        _last = (key, _publishers[key])
-    publisher = _last[1]
+    if key not in _publishers:
+        _publishers[key] = _publisher()
+    publisher = _publishers[key]
     return publisher.send if publisher is not None else None
 
 

@@ -79,19 +79,22 @@ async def get_task(req: request.Request) -> dict[str, Any]:
     return handlers.complete(detailed_task(task))
 
 
+async def _task_for(req: request.Request) -> Task:
+    """``handlers._task_for`` on the loop: the caller's task, or its error."""
+    return request.owned_task(req, await reads.alookup(request.task_id_param(req), req.caller.owner))
+
+
 async def cancel_task(req: request.Request) -> dict[str, Any]:
-    task_id, owner = request.task_id_param(req), req.caller.owner
-    task = request.owned_task(req, await reads.alookup(task_id, owner))
+    task, owner = await _task_for(req), req.caller.owner
     limits.throttle("update", owner)
     await lifecycle.acancel(task.id, actor=lifecycle.client_actor(owner))
     return handlers.complete()
 
 
 async def update_task(req: request.Request) -> dict[str, Any]:
-    task_id, owner = request.task_id_param(req), req.caller.owner
     if dispatch.loop_sender() is None:  # a resumed task's run must be sent from here
         raise NotOnLoop("a run cannot be sent from the loop")
-    task = request.owned_task(req, await reads.alookup(task_id, owner))
+    task, owner = await _task_for(req), req.caller.owner
     limits.throttle("update", owner)
     await lifecycle.asubmit_input(task.id, request.input_responses(req), actor=lifecycle.client_actor(owner))
     return handlers.complete()
