@@ -65,7 +65,13 @@ REDIS_FIXTURES = frozenset({"redis_poll_throttle", "redis_throttle", "broker"})
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """On SQLite, skip the tests that need Postgres, saying why; mark the
-    tests whose fixtures talk to Redis."""
+    tests whose fixtures talk to Redis. The deployment shapes run in a pass
+    of their own: left out unless ``-m`` names them."""
+    if "deployments" not in (config.getoption("markexpr") or ""):
+        left_out = [item for item in items if item.get_closest_marker("deployments")]
+        if left_out:
+            config.hook.pytest_deselected(items=left_out)
+            items[:] = [item for item in items if not item.get_closest_marker("deployments")]
     on_postgres = database_vendor() == "postgresql"
     for item in items:
         if REDIS_FIXTURES.intersection(getattr(item, "fixturenames", ())):
@@ -90,7 +96,7 @@ def drop_stale_databases() -> None:
 
     url = os.environ["DATABASE_URL"]
     base = re.escape(settings.DATABASES["default"]["NAME"])
-    pattern = re.compile(rf"^(?:test_{base}_(\d+)|mcptasks_live_(\d+)_[0-9a-f]{{6}})$")
+    pattern = re.compile(rf"^(?:test_{base}_(\d+)|mcptasks_(?:live|deploy_[a-z]+)_(\d+)_[0-9a-f]{{6}})$")
     try:
         with live.admin_connect(url) as conn:
             names = [row[0] for row in conn.execute("SELECT datname FROM pg_database")]

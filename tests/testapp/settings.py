@@ -84,6 +84,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 else:
     DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=300)
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = False
+    # Behind a pooler in transaction mode (the PgBouncer deployment test).
+    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = env.bool("DISABLE_SERVER_SIDE_CURSORS", default=False)
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -150,6 +152,8 @@ MCPTASKS = {
     "CELERY_QUEUE": env("MCP_CELERY_QUEUE", default=None),
     "WEB_THREADS": 8,
     "POLL_CONNECTIONS": 4,
+    "PREPARE_STATEMENTS": env.bool("MCP_PREPARE_STATEMENTS", default=True),
+    "POLL_SNAPSHOT": env.bool("MCP_POLL_SNAPSHOT", default=True),
     "PRUNE_PAUSE_SECONDS": 0.02,
     "POLL_BURST": env.int("MCP_POLL_BURST", default=10) or None,
     "MAX_ACTIVE_TASKS_PER_OWNER": env.int("MCP_MAX_ACTIVE_TASKS", default=1000) or None,
