@@ -7,6 +7,7 @@ what a worker would.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Iterator
@@ -336,6 +337,30 @@ def test_status_messages_reach_the_task(temp_tool):
     wait_until(lambda: get(task).status_message == "halfway there")
     go_on.set()
     assert run.join(timeout=5) == "completed"
+
+
+def test_an_async_tool_uses_its_context_like_a_sync_one(temp_tool, django_user_model):
+    """An ``async def`` tool runs on an event loop, where Django refuses synchronous
+    database work: the context's own (a status message, the user's first read) is
+    made on a thread of its own."""
+    go_on = threading.Event()
+    user = django_user_model.objects.create_user("async-ada")
+
+    @temp_tool(task="required", description="Reports, asynchronously.")
+    async def reports_async(ctx: ToolContext) -> str:
+        ctx.report_status("halfway there")
+        while not go_on.is_set():
+            await asyncio.sleep(0.02)
+        return f"done for {ctx.user.username}"
+
+    task = make_task(owner=f"user:{user.pk}", tool="reports_async", client_capabilities=CAPS)
+    run = Background(task.id)
+    wait_until(lambda: get(task).status_message == "halfway there")
+    go_on.set()
+    assert run.join(timeout=5) == "completed"
+    task = get(task)
+    assert task.result["isError"] is False, task.result
+    assert text_of(task) == "done for async-ada"
 
 
 def test_a_malformed_answer_does_not_fail_the_task(client):

@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from asgiref.sync import sync_to_async
 
 from mcptasks import ProtocolError, ToolContext, tool
 from mcptasks.models import TaskEvent
@@ -133,10 +132,8 @@ def test_status_messages_and_the_user(temp_tool, django_user_model):
 
     @temp_tool(task="required", description="Says who called.")
     async def whoami(ctx: ToolContext) -> str:
-        # The context's database work is synchronous: an async tool awaits it on a thread.
-        await sync_to_async(ctx.report_status)("looking")
-        user = await sync_to_async(lambda: ctx.user)()
-        return f"{user.username} ({ctx.owner})"
+        ctx.report_status("looking")
+        return f"{ctx.user.username} ({ctx.owner})"
 
     call = call_tool("whoami", user=user)
     assert call.text == f"ada (user:{user.pk})"
