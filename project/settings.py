@@ -14,7 +14,7 @@ from pathlib import Path
 
 import environ
 
-from mcptasks.worker.beat import BEAT_SCHEDULE
+from mcptasks import BEAT_SCHEDULE
 from project.secret_key import DEVELOPMENT_KEY, KEY_FILE, read_key
 
 BASE_DIR = Path(__file__).resolve().parent.parent

@@ -8,8 +8,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 
+from mcptasks import registry
 from mcptasks.conf import settings as mcp_settings
-from mcptasks.tools.registry import registry
 
 
 def home(request: HttpRequest) -> HttpResponse:

@@ -7,6 +7,7 @@ what a worker would.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from django.utils import timezone
 from mcptasks import ToolContext
 from mcptasks.models import InputRequest, InputRequestState, Task, TaskEvent, TaskStatus
 from mcptasks.tasks import lifecycle
+from mcptasks.testing import call_tool
 from mcptasks.tools.registry import registry, tool
 from mcptasks.worker.execution import run_task
 from tests.support.factories import accept, make_task, terminal_transitions, transitions
@@ -177,29 +179,23 @@ def test_elicitation_round_trip_replays_the_answer_by_key():
 
 
 def test_two_questions_at_once_and_partial_answers():
-    task = new_task("multi_input")
-    assert run_task(task.id) == "input_required"
-    keys = set(InputRequest.objects.filter(task=task, state=InputRequestState.PENDING).values_list("key", flat=True))
-    assert len(keys) == 2
-    first, second = sorted(keys)
-    lifecycle.submit_input(task.id, {first: accept(name="Ada")}, actor="client:alice")
-    assert get(task).status == TaskStatus.INPUT_REQUIRED
-    assert run_task(task.id) == "skipped"
-    lifecycle.submit_input(task.id, {second: accept(name="Lovelace")}, actor="client:alice")
-    assert run_task(task.id) == "completed"
-    text = text_of(get(task))
-    assert "Ada" in text and "Lovelace" in text
+    call = call_tool("multi_input", capabilities=CAPS)
+    assert set(call.questions) == {"first", "second"}
+    call.answer(first=accept(name="Ada"))
+    assert call.status == TaskStatus.INPUT_REQUIRED
+    assert call.run().runs == ["input_required", "skipped"]
+    call.answer(second=accept(name="Lovelace"))
+    assert call.status == TaskStatus.COMPLETED
+    assert call.text == "Got Ada and Lovelace."
 
 
 def test_a_task_never_asks_for_input_the_client_did_not_declare():
-    task = new_task("confirm_delete", {"filename": "x"}, caps=TASKS_CAPS)
-    outcome = run_task(task.id)
-    task = get(task)
-    assert outcome == "failed"
-    assert task.status == TaskStatus.FAILED
-    assert task.error["code"] == -32021
-    assert "elicitation" in task.error["data"]["requiredCapabilities"]
-    assert not InputRequest.objects.filter(task=task).exists()
+    call = call_tool("confirm_delete", {"filename": "x"}, capabilities=TASKS_CAPS)
+    assert call.runs == ["failed"]
+    assert call.status == TaskStatus.FAILED
+    assert call.error["code"] == -32021
+    assert "elicitation" in call.error["data"]["requiredCapabilities"]
+    assert not InputRequest.objects.filter(task_id=call.task_id).exists()
 
 
 def test_mrtr_answers_reach_the_task_run(client):
@@ -343,6 +339,30 @@ def test_status_messages_reach_the_task(temp_tool):
     assert run.join(timeout=5) == "completed"
 
 
+def test_an_async_tool_uses_its_context_like_a_sync_one(temp_tool, django_user_model):
+    """An ``async def`` tool runs on an event loop, where Django refuses synchronous
+    database work: the context's own (a status message, the user's first read) is
+    made on a thread of its own."""
+    go_on = threading.Event()
+    user = django_user_model.objects.create_user("async-ada")
+
+    @temp_tool(task="required", description="Reports, asynchronously.")
+    async def reports_async(ctx: ToolContext) -> str:
+        ctx.report_status("halfway there")
+        while not go_on.is_set():
+            await asyncio.sleep(0.02)
+        return f"done for {ctx.user.username}"
+
+    task = make_task(owner=f"user:{user.pk}", tool="reports_async", client_capabilities=CAPS)
+    run = Background(task.id)
+    wait_until(lambda: get(task).status_message == "halfway there")
+    go_on.set()
+    assert run.join(timeout=5) == "completed"
+    task = get(task)
+    assert task.result["isError"] is False, task.result
+    assert text_of(task) == "done for async-ada"
+
+
 def test_a_malformed_answer_does_not_fail_the_task(client):
     """An answer that is not an ElicitResult (``12345``) for an outstanding
     elicitation is invalid params for tasks/update (InputResponse schema).
@@ -365,10 +385,9 @@ def test_a_malformed_answer_does_not_fail_the_task(client):
 
 
 def test_a_declined_elicitation_is_an_answer():
-    task = new_task("confirm_delete", {"filename": "keep.txt"})
-    assert run_task(task.id) == "input_required"
-    assert lifecycle.submit_input(task.id, {"confirm": {"action": "decline"}}, actor="client:alice") == ["confirm"]
-    assert run_task(task.id) == "completed"
-    task = get(task)
-    assert task.result["isError"] is False
-    assert "keep.txt" in text_of(task)
+    call = call_tool("confirm_delete", {"filename": "keep.txt"}, capabilities=CAPS)
+    assert call.runs == ["input_required"]
+    call.answer(confirm={"action": "decline"})
+    assert call.runs == ["input_required", "completed"]
+    assert call.is_error is False
+    assert call.text == "Kept keep.txt"

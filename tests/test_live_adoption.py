@@ -4,7 +4,8 @@ The wheel is built from this checkout and installed, with the extras the
 README names, into a virtualenv of its own next to a site fresh from
 ``django-admin startproject``. The site gets Celery the way Celery's "First
 steps with Django" wires it, then the README's edits, one tool in an app of
-its own, ``migrate``, a user with a token, and ``manage.py mcptasks run`` with
+its own with its test (``mcptasks.testing``, run by ``manage.py test``),
+``migrate``, a user with a token, and ``manage.py mcptasks run`` with
 no environment beyond what any shell has. The official ``mcp`` SDK then drives
 a task of that tool to ``completed``.
 
@@ -35,8 +36,8 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
 
+from mcptasks.client import CreateTaskResult, DetailedTask, TasksExtension
 from tests.support import live, postgres_only
-from tests.support.sdk_tasks import TasksExtension
 
 README = live.REPO / "README.md"
 
@@ -74,7 +75,7 @@ __all__ = ("celery_app",)
 SETTINGS = """\
 INSTALLED_APPS += ["rest_framework", "rest_framework.authtoken", "mcptasks"]
 
-from mcptasks.worker.beat import BEAT_SCHEDULE
+from mcptasks import BEAT_SCHEDULE
 
 MCPTASKS = {
     "AUTHENTICATION_CLASSES": ["mcptasks.web.identity.BearerTokenAuthentication"],
@@ -112,7 +113,7 @@ URLS_ENTRY = 'path("mcp", include("mcptasks.urls")),'
 
 # mysite/asgi.py: its last line, `application = get_asgi_application()`, becomes these.
 ASGI = """\
-from mcptasks.web.asgi import mcp_router
+from mcptasks import mcp_router
 
 application = mcp_router(get_asgi_application(), path="/mcp")
 """
@@ -130,6 +131,21 @@ def build_report(ctx: ToolContext, title: str) -> str:
     ctx.sleep(0.5)
     return f"report {title!r} is ready"
 """
+
+# The tool's test (reports/tests.py), run with Django's test runner.
+TOOL_TEST = """\
+from django.test import TransactionTestCase
+
+from mcptasks.testing import call_tool
+
+
+class BuildReportTests(TransactionTestCase):
+    def test_build_report(self):
+        call = call_tool("build_report", {"title": "Q3"})
+        self.assertEqual(call.status, "completed")
+        self.assertEqual(call.text, "report 'Q3' is ready")
+"""
+TOOL_TEST_RUN = "python manage.py test reports"
 
 # Then, in the site's folder.
 MIGRATE = "python manage.py migrate"
@@ -165,6 +181,8 @@ def test_the_readme_section_shows_these_steps():
         TOOL_APP_SETTINGS,
         f"python manage.py startapp {TOOL_APP}",
         TOOL,
+        TOOL_TEST,
+        TOOL_TEST_RUN,
         MIGRATE,
         CREATE_USER,
         CREATE_TOKEN,
@@ -293,6 +311,7 @@ def follow_the_readme(site: Path, services: str, env: dict[str, str], python: st
     sh([python, "manage.py", "startapp", TOOL_APP], cwd=site, env=env)
     settings.write_text(f"{settings.read_text()}\n{TOOL_APP_SETTINGS}\n")
     (site / TOOL_APP / "mcp_tools.py").write_text(TOOL)
+    (site / TOOL_APP / "tests.py").write_text(TOOL_TEST)
 
 
 @dataclass(frozen=True)
@@ -313,6 +332,14 @@ def adopted_site(newcomer: Newcomer, work: Path, services: Services) -> Iterator
         live.create_database(base, services.database)  # `createdb`, as for any Postgres site
     proc = None
     try:
+        tested = subprocess.run(
+            [newcomer.python, *TOOL_TEST_RUN.split()[1:], "--noinput"],
+            cwd=work,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        assert tested.returncode == 0 and "Ran 1 test" in tested.stderr, f"{tested.stdout}\n{tested.stderr}"
         sh([newcomer.python, "manage.py", "migrate", "--noinput"], cwd=work, env=env)
         sh(
             [
@@ -359,8 +386,12 @@ def adopted_site(newcomer: Newcomer, work: Path, services: Services) -> Iterator
         services.clean_redis()
 
 
-def drive_a_task(site: RunningSite) -> tuple[types.CallToolResult, TasksExtension, set[str]]:
-    tasks = TasksExtension(timeout=30)
+def drive_a_task(
+    site: RunningSite,
+) -> tuple[types.CallToolResult, list[CreateTaskResult], list[DetailedTask], set[str]]:
+    created: list[CreateTaskResult] = []
+    states: list[DetailedTask] = []
+    tasks = TasksExtension(timeout=30, on_created=created.append, on_status=states.append)
 
     async def main() -> tuple[types.CallToolResult, set[str]]:
         headers = {"Authorization": f"Bearer {site.token}"}
@@ -372,7 +403,7 @@ def drive_a_task(site: RunningSite) -> tuple[types.CallToolResult, TasksExtensio
                 return result, {t.name for t in listed.tools}
 
     result, names = anyio.run(main)
-    return result, tasks, names
+    return result, created, states, names
 
 
 @pytest.mark.live
@@ -383,15 +414,15 @@ def test_a_startproject_site_follows_the_readme_and_serves_a_task(newcomer: Newc
     services = production_services(unique) if case == "postgres-redis" else Services(DEVELOPMENT_SERVICES)
     with adopted_site(newcomer, tmp_path / "site", services) as site:
         try:
-            result, tasks, names = drive_a_task(site)
+            result, created, states, names = drive_a_task(site)
         except Exception as exc:
             raise AssertionError(f"the MCP client failed; the site's log:\n{live.tail(site.log)}") from exc
         startup = site.log.read_text()
     assert "build_report" in names
     assert not result.is_error, result
     assert [block.text for block in result.content if isinstance(block, types.TextContent)] == ["report 'Q3' is ready"]
-    assert len(tasks.created) == 1, "the call became one task"
-    assert tasks.seen[-1].status == "completed"
+    assert len(created) == 1, "the call became one task"
+    assert states[-1].status == "completed"
     # The run found the site's own pieces, by the rules the README gives.
     assert f"ASGI application {SITE}.asgi:application (from the asgi module beside WSGI_APPLICATION" in startup
     assert f"Celery app {SITE} (from the package of the settings module {SITE}.settings)" in startup

@@ -30,9 +30,9 @@ from mcp.client.auth import OAuthClientProvider
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
 
+from mcptasks.client import CreateTaskResult, DetailedTask, TasksExtension
 from tests.support import live, postgres_only
 from tests.support.rpc import TASKS_CAPS, HttpRpc
-from tests.support.sdk_tasks import TasksExtension
 
 pytestmark = [pytest.mark.live, postgres_only.LIVE_STACK]
 
@@ -221,8 +221,10 @@ def signed_in(oauth_stack: live.LiveStack) -> dict[str, Any]:
     ``completed``, then steps up to a tool that needs more scope."""
     browser = Browser(oauth_stack, "alice")
     storage = MemoryStorage()
-    tasks = TasksExtension()
-    confirming = TasksExtension(answer=lambda key, request: {"action": "accept", "content": {"confirm": True}})
+    created: list[CreateTaskResult] = []
+    states: list[DetailedTask] = []
+    tasks = TasksExtension(on_created=created.append, on_status=states.append, timeout=60)
+    confirming = TasksExtension(on_input=lambda key, request: {"action": "accept", "content": {"confirm": True}})
     outcome: dict[str, Any] = {}
 
     async def confirm(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
@@ -248,7 +250,7 @@ def signed_in(oauth_stack: live.LiveStack) -> dict[str, Any]:
         anyio.run(main)
     finally:
         browser.close()
-    outcome.update(tasks=tasks, confirming=confirming, storage=storage, consent_pages=list(browser.consent_pages))
+    outcome.update(created=created, states=states, storage=storage, consent_pages=list(browser.consent_pages))
     return outcome
 
 
@@ -256,9 +258,9 @@ def test_sdk_client_signs_in_and_runs_a_task_to_completed(oauth_stack, signed_in
     assert signed_in["protocol"] == "2026-07-28"
     assert signed_in["granted_first"] == "mcp"
     assert "signed-in" in signed_in["slow_compute"]
-    tasks = signed_in["tasks"]
-    assert len(tasks.created) == 1 and tasks.seen[-1].status == "completed"
-    row = oauth_stack.task_row(tasks.created[0].task_id)
+    created, states = signed_in["created"], signed_in["states"]
+    assert len(created) == 1 and states[-1].status == "completed"
+    row = oauth_stack.task_row(created[0].task_id)
     alice_id = oauth_stack.query("SELECT id FROM auth_user WHERE username = 'alice'")[0]["id"]
     assert row["owner"] == f"user:{alice_id}", "the task is bound to the user who signed in"
     registered = signed_in["storage"].client_info

@@ -9,7 +9,8 @@ the same way notification publishing connects to ``mcptasks.signals``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 
 from django.db import transaction
 
@@ -24,6 +25,8 @@ LoopSender = Callable[[str], Awaitable[bool]]
 _sender: Sender | None = None
 #: Gives the loop's sender for the current configuration, or ``None``.
 _loop_sender: Callable[[], LoopSender | None] | None = None
+#: Tasks whose runs this process makes itself (``mcptasks.testing``): not sent.
+_runs_here: set[str] = set()
 
 
 def install(sender: Sender, loop_sender: Callable[[], LoopSender | None] | None = None) -> None:
@@ -41,6 +44,8 @@ def loop_sender() -> LoopSender | None:
 def enqueue_run(task_id: str) -> bool:
     """Send a run of ``task_id`` to a worker. ``False`` when it could not be
     sent: the row is durable, and the sweeper re-enqueues it later."""
+    if task_id in _runs_here:
+        return True
     if _sender is None:
         logger.warning("no runtime installed to run task %s; the sweeper will retry", task_id)
         return False
@@ -49,3 +54,14 @@ def enqueue_run(task_id: str) -> bool:
 
 def enqueue_after_commit(task_id: str) -> None:
     transaction.on_commit(lambda: enqueue_run(task_id))
+
+
+@contextmanager
+def runs_here(task_id: str) -> Iterator[None]:
+    """Within the block, a run of ``task_id`` is not sent to a worker: the
+    caller makes it in this process (``mcptasks.testing``)."""
+    _runs_here.add(task_id)
+    try:
+        yield
+    finally:
+        _runs_here.discard(task_id)

@@ -6,6 +6,9 @@ import json
 import time
 
 from mcptasks import (
+    INTERNAL_ERROR,
+    MissingCapability,
+    ProtocolError,
     ToolContext,
     ToolError,
     ToolResult,
@@ -13,6 +16,7 @@ from mcptasks import (
     elicitation,
     image,
     prompt,
+    registry,
     resource,
     resource_template,
     roots,
@@ -20,7 +24,6 @@ from mcptasks import (
     text,
     tool,
 )
-from mcptasks.errors import INTERNAL_ERROR, MissingCapability, ProtocolError
 
 PNG_1X1 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg=="
 WAV_TINY = "UklGRiYAAABXQVZFZm10IBAAAAABAAEAQB8AAAB9AAACABAAZGF0YQIAAAA="
@@ -404,8 +407,6 @@ def _dynamic_tool() -> str:
 
 @tool(description="Adds or removes a tool, so that list-changed notifications go out.")
 def test_trigger_tool_change() -> str:
-    from mcptasks.tools.registry import registry
-
     if "dynamic_tool" in registry:
         registry.unregister("dynamic_tool")
         return "Removed dynamic_tool."
@@ -415,8 +416,6 @@ def test_trigger_tool_change() -> str:
 
 @tool(description="Adds or removes a prompt, so that list-changed notifications go out.")
 def test_trigger_prompt_change() -> str:
-    from mcptasks.tools.registry import registry
-
     if "dynamic_prompt" in registry.prompts:
         registry.remove_prompt("dynamic_prompt")
         return "Removed dynamic_prompt."

@@ -14,6 +14,6 @@ django_application = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter  # noqa: E402  (after Django is set up)
 
-from mcptasks.web.asgi import mcp_router  # noqa: E402
+from mcptasks import mcp_router  # noqa: E402
 
 application = ProtocolTypeRouter({"http": mcp_router(django_application, path="/mcp")})

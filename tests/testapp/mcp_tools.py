@@ -10,6 +10,10 @@ import logging
 import time
 
 from mcptasks import (
+    INTERNAL_ERROR,
+    MissingCapability,
+    ProtocolError,
+    TaskCancelled,
     ToolContext,
     ToolError,
     ToolResult,
@@ -17,6 +21,7 @@ from mcptasks import (
     elicitation,
     image,
     prompt,
+    registry,
     resource,
     resource_template,
     roots,
@@ -24,7 +29,6 @@ from mcptasks import (
     text,
     tool,
 )
-from mcptasks.errors import INTERNAL_ERROR, MissingCapability, ProtocolError, TaskCancelled
 
 #: What the tools leave for the tests to read (``sleep_inline``'s cancels).
 logger = logging.getLogger("tests.testapp")
@@ -422,8 +426,6 @@ def _dynamic_tool() -> str:
 
 @tool(description="Adds or removes a tool, so that list-changed notifications go out.")
 def test_trigger_tool_change() -> str:
-    from mcptasks.tools.registry import registry
-
     if "dynamic_tool" in registry:
         registry.unregister("dynamic_tool")
         return "Removed dynamic_tool."
@@ -433,8 +435,6 @@ def test_trigger_tool_change() -> str:
 
 @tool(description="Adds or removes a prompt, so that list-changed notifications go out.")
 def test_trigger_prompt_change() -> str:
-    from mcptasks.tools.registry import registry
-
     if "dynamic_prompt" in registry.prompts:
         registry.remove_prompt("dynamic_prompt")
         return "Removed dynamic_prompt."

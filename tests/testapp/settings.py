@@ -15,7 +15,7 @@ from pathlib import Path
 
 import environ
 
-from mcptasks.worker.beat import BEAT_SCHEDULE
+from mcptasks import BEAT_SCHEDULE
 
 SITE_DIR = Path(__file__).resolve().parent
 #: Files the site writes when no service is named (SQLite, beat's schedule).
