@@ -22,10 +22,10 @@ import mcp_types as types
 import pytest
 from mcp import Client
 
+from mcptasks.client import DetailedTask, TasksExtension, cancel_task, get_task
 from tests.support import deployments, postgres_only
 from tests.support.legacy import HttpLegacy
 from tests.support.rpc import HttpRpc
-from tests.support.sdk_tasks import TasksExtension, cancel_task, get_task
 from tests.test_conformance import TASK_SCENARIOS, Suite, run_scenario, suite  # noqa: F401
 
 pytestmark = [pytest.mark.live, pytest.mark.deployments, postgres_only.LIVE_STACK]
@@ -58,7 +58,12 @@ def test_tasks_conformance(deployment: Any, suite: Suite, scenario: str, tmp_pat
 def test_sdk_task_flows(deployment: Any) -> None:
     """The official SDK resolves a task handle, answers a task's question
     through tasks/update, and cancels a running task."""
-    tasks = TasksExtension(answer=lambda key, request: {"action": "accept", "content": {"confirm": True}})
+    seen: list[DetailedTask] = []
+    tasks = TasksExtension(
+        on_input=lambda key, request: {"action": "accept", "content": {"confirm": True}},
+        on_status=seen.append,
+        timeout=60,
+    )
 
     async def on_elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
         raise AssertionError("a task's questions come through tasks/get, not MRTR")
@@ -77,7 +82,7 @@ def test_sdk_task_flows(deployment: Any) -> None:
                     await anyio.sleep(0.05)
 
     anyio.run(main)
-    assert "input_required" in [seen.status for seen in tasks.seen]
+    assert "input_required" in [task.status for task in seen]
 
 
 def test_a_2025_11_25_task_round_trip(deployment: Any) -> None:
