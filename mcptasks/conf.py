@@ -162,6 +162,9 @@ class MCPTasksSettings:
     #: Report the gauges (tasks working, tasks waiting for input, queue depth)
     #: from this process. Each reading costs a query or a broker round trip.
     TELEMETRY_GAUGES: bool = True
+    #: Keep the client's W3C ``baggage`` on the task's row and hand it to its
+    #: runs. Off: baggage is the caller's to write, and a run would trust it.
+    TELEMETRY_KEEP_BAGGAGE: bool = False
     #: A bearer token that may read the Prometheus scrape view besides staff.
     METRICS_TOKEN: str | None = None
 

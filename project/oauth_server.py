@@ -2,10 +2,14 @@
 django-oauth-toolkit's own.
 
 * ``ThrottledTokenView``: the token endpoint, with failed attempts counted by
-  django-axes like failed logins (per client address, and per client id as the
-  account), and refused with 429 once past the limit. Guessing a client
-  secret, an authorization code or a refresh token is then as slow as
-  guessing a password.
+  django-axes like failed logins, and refused with 429 once past the limit:
+  per client address, and for a confidential client per client id as the
+  account (its secret is what is guessed, from anywhere). A public client's
+  id is no secret (it travels in authorize URLs; a CIMD id is a URL), so its
+  failures count per address and per address and client only
+  (:func:`lockout_parameters`): a stranger cannot lock it for its users.
+  Guessing a client secret, an authorization code or a refresh token is then
+  as slow as guessing a password.
 * ``ResourceServerIntrospectionView``: RFC 7662 introspection for the
   resource servers the site names (``OAUTH_INTROSPECTION_CLIENTS``, their
   client ids, each a confidential client that authenticates with its secret),
@@ -27,6 +31,7 @@ from axes.helpers import get_cool_off
 from django.conf import settings
 from django.contrib.auth.signals import user_login_failed
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from oauth2_provider.models import get_application_model
 from oauth2_provider.oauth2_backends import get_oauthlib_core
 from oauth2_provider.views import IntrospectTokenView, TokenView
 from oauthlib.common import Request as OAuthlibRequest
@@ -35,6 +40,8 @@ from oauthlib.common import Request as OAuthlibRequest
 COUNTED_ERRORS = {"invalid_client", "invalid_grant"}
 #: The account the token endpoint's failures count against, apart from users'.
 CLIENT_ACCOUNT_PREFIX = "oauth-client:"
+#: The account of a client with no secret (public, unknown or CIMD): counted per address.
+PUBLIC_CLIENT_ACCOUNT_PREFIX = "oauth-public-client:"
 
 
 def basic_client_id(request: HttpRequest) -> str | None:
@@ -52,9 +59,28 @@ def basic_client_id(request: HttpRequest) -> str | None:
 
 def token_request_credentials(request: HttpRequest) -> dict[str, str | None]:
     """What django-axes counts a token request's failures against: the
-    address (always) and the client's id as the account."""
+    address (always) and the client's id as the account, marked public
+    unless a confidential client has that id."""
     client_id = basic_client_id(request) or request.POST.get("client_id") or None
-    return {"username": f"{CLIENT_ACCOUNT_PREFIX}{client_id}" if client_id else None}
+    if not client_id:
+        return {"username": None}
+    prefix = CLIENT_ACCOUNT_PREFIX if confidential(client_id) else PUBLIC_CLIENT_ACCOUNT_PREFIX
+    return {"username": f"{prefix}{client_id}"}
+
+
+def confidential(client_id: str) -> bool:
+    application = get_application_model()
+    kinds = application.objects.filter(client_id=client_id).values_list("client_type", flat=True)[:1]
+    return list(kinds) == [application.CLIENT_CONFIDENTIAL]
+
+
+def lockout_parameters(request_or_attempt: Any, credentials: dict[str, Any] | None = None) -> list[str | list[str]]:
+    """django-axes' ``AXES_LOCKOUT_PARAMETERS``: per address and per account,
+    except a public client's account, which counts per address and client."""
+    username = (credentials or {}).get("username") or getattr(request_or_attempt, "username", None)
+    if isinstance(username, str) and username.startswith(PUBLIC_CLIENT_ACCOUNT_PREFIX):
+        return ["ip_address", ["ip_address", "username"]]
+    return ["ip_address", "username"]
 
 
 def oauth_error(response: HttpResponse) -> str | None:

@@ -241,7 +241,8 @@ OAUTH_INTROSPECTION_CLIENTS = env.list("OAUTH_INTROSPECTION_CLIENTS", default=[]
 AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
 AXES_FAILURE_LIMIT = env.int("SIGN_IN_FAILURE_LIMIT", default=10)
 AXES_COOLOFF_TIME = timedelta(seconds=env.int("SIGN_IN_COOLOFF_SECONDS", default=900))
-AXES_LOCKOUT_PARAMETERS = ["ip_address", "username"]
+# Per address and per account; a public OAuth client per address and client only.
+AXES_LOCKOUT_PARAMETERS = "project.oauth_server.lockout_parameters"
 AXES_RESET_ON_SUCCESS = True
 AXES_IPWARE_META_PRECEDENCE_ORDER = ["REMOTE_ADDR"]
 AXES_COOLOFF_MESSAGE = "Too many failed sign-in attempts from this address or for this account: try again later."

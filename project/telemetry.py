@@ -121,22 +121,27 @@ def configure() -> bool:
 
 def _log_drops_once(dropped: Any) -> None:
     """The SDK and the exporters log every drop and every failed export:
-    let the first of each kind through, per process, and count the drops."""
+    let the first of each kind through, per process, and count the drops.
+    A kind is a logger and its message's format string, never the formatted
+    message: values in it may come from a caller, and they would make each
+    message a kind of its own and fill the set."""
 
     class OncePerKind(logging.Filter):
-        seen: set[str] = set()
+        seen: set[tuple[str, str]] = set()
 
         def filter(self, record: logging.LogRecord) -> bool:
             if record.levelno < logging.WARNING:
                 return True
-            message = record.getMessage()
-            if message.startswith("Queue full"):
+            template = str(record.msg)
+            if template.startswith("Queue full"):
                 dropped.add(1, {"error.type": "queue_full", "signal": "spans"})
-            elif message.startswith("Failed to export metrics"):
+            elif template.startswith("Failed to export metrics"):
                 dropped.add(1, {"error.type": "export_failed", "signal": "metrics"})
-            if message in OncePerKind.seen or len(OncePerKind.seen) >= 256:
+            kind = (record.name, template)
+            if kind in OncePerKind.seen:
                 return False
-            OncePerKind.seen.add(message)
+            if len(OncePerKind.seen) < 1024:  # format strings are the code's: a bound never reached
+                OncePerKind.seen.add(kind)
             return True
 
     once = OncePerKind()

@@ -151,3 +151,23 @@ def test_the_fetcher_refuses_a_bad_url_and_an_internal_host_before_connecting(se
     resolving_to(monkeypatch, "93.184.216.34", "10.1.2.3")
     with pytest.raises(CIMDError, match="non-public"):
         MCPClientMetadataFetcher().fetch("https://split.example/client.json")
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "64:ff9b:1::a00:1",  # RFC 8215's local-use NAT64 prefix: the site's own IPv4 network
+        "64:ff9b:1:ffff::808:808",  # the same prefix, whatever it embeds
+        "::7f00:1",  # IPv4-compatible 127.0.0.1
+        "::a9fe:a9fe",  # IPv4-compatible 169.254.169.254 (cloud metadata)
+        "::a00:1",  # IPv4-compatible 10.0.0.1
+        "::ffff:a9fe:a9fe",  # IPv4-mapped 169.254.169.254
+        "::ffff:7f00:1",  # IPv4-mapped 127.0.0.1
+    ],
+)
+def test_nat64_local_use_and_ipv4_compatible_forms_of_private_ranges_are_refused(address):
+    assert not cimd_rules.address_public(address)
+
+
+def test_an_ipv4_compatible_public_address_is_judged_by_its_ipv4():
+    assert cimd_rules.address_public("::808:808") == cimd_rules.address_public("8.8.8.8")

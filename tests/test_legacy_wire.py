@@ -9,6 +9,7 @@ against the pinned 2025-11-25 schema by the client (tests/support/legacy.py).
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -478,3 +479,47 @@ def test_a_throttled_legacy_request_says_when_to_come_back(mcp, settings):
     retry_after = refused.headers.get("Retry-After")
     assert retry_after is not None and 1 <= int(retry_after) <= 60, refused.headers
     assert 0 < error["data"]["retryAfterMs"] <= 60_000
+
+
+# Input past what a store can keep (issue 26) -------------------------------------------------------------
+
+
+def _with_huge_number(body: dict) -> bytes:
+    """``body`` as JSON with ``"HUGE"`` written as ``1e400`` (past double range)."""
+    return json.dumps(body).replace('"HUGE"', "1e400").encode()
+
+
+def test_a_number_past_double_range_in_arguments_is_invalid_params_naming_it(mcp):
+    for params in (
+        {"name": "slow_compute", "arguments": {"seconds": "HUGE"}},
+        {"name": "slow_compute", "arguments": {"seconds": "HUGE"}, "task": {"ttl": 60000}},
+    ):
+        body = {"jsonrpc": "2.0", "id": 81, "method": "tools/call", "params": params}
+        reply = mcp.post(_with_huge_number(body))
+        assert reply.status < 500 and reply.body["id"] == 81, reply
+        assert reply.error["code"] == -32602
+        assert "arguments.seconds" in reply.error["message"]
+    assert not Task.objects.exists()
+
+
+def test_a_number_past_double_range_in_an_answer_is_invalid_params(mcp):
+    task_id = waiting(mcp)
+    body = {
+        "jsonrpc": "2.0",
+        "id": f"task:{task_id}:confirm",
+        "result": {"action": "accept", "content": {"confirm": True, "n": "HUGE"}},
+    }
+    reply = mcp.post(_with_huge_number(body))
+    assert reply.status == 400 and reply.error["code"] == -32602, reply
+    assert "double range" in reply.error["message"]
+    assert InputRequest.objects.get(task_id=task_id).state == InputRequestState.PENDING
+    assert Task.objects.get(pk=task_id).status == TaskStatus.INPUT_REQUIRED
+
+
+@pytest.mark.parametrize("method", ["tasks/get", "tasks/result", "tasks/cancel"])
+def test_a_task_id_with_a_lone_surrogate_is_not_found(mcp, method):
+    for task_id in ("ab\ud800", "ab\x00", "a" * 65):
+        reply = mcp.request(method, {"taskId": task_id})
+        assert reply.status < 500 and reply.error["code"] == -32602, reply
+        unknown = mcp.request(method, {"taskId": "abc"})
+        assert reply.error == unknown.error

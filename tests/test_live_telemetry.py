@@ -6,6 +6,7 @@ client's trace."""
 
 from __future__ import annotations
 
+import secrets
 import socket
 import threading
 import time
@@ -19,6 +20,8 @@ import pytest
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from mcptasks.telemetry import bounds
+from mcptasks.tools.registry import registry
 from tests.support import live, postgres_only
 from tests.support.rpc import HttpRpc
 from tests.support.waiting import wait_until
@@ -45,6 +48,8 @@ class Receiver:
 
     spans: list[ReceivedSpan] = field(default_factory=list)
     metrics: set[tuple[str, str]] = field(default_factory=set)  # (service, metric name)
+    #: (metric name, its data point's attributes as sorted pairs): one per series.
+    series: set[tuple[str, tuple[tuple[str, Any], ...]]] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def take_traces(self, body: bytes) -> None:
@@ -73,6 +78,10 @@ class Receiver:
                 for scope_metrics in resource_metrics.scope_metrics:
                     for metric in scope_metrics.metrics:
                         self.metrics.add((service, metric.name))
+                        kind = metric.WhichOneof("data")
+                        for point in getattr(metric, kind).data_points if kind else []:
+                            labels = tuple(sorted((a.key, _value(a.value)) for a in point.attributes))
+                            self.series.add((metric.name, labels))
 
     def named(self, name: str) -> list[ReceivedSpan]:
         with self.lock:
@@ -232,3 +241,58 @@ def test_the_test_site_sets_up_the_sdk_as_the_example_site_does() -> None:
     assert code_below_the_docstring(repo / "tests" / "testapp" / "telemetry.py") == code_below_the_docstring(
         repo / "project" / "telemetry.py"
     )
+
+
+def test_strangers_random_method_names_grow_no_span_or_series(
+    otel_stack: live.LiveStack, receiver: tuple[Receiver, str]
+) -> None:
+    """40 requests without credentials, each naming a random 100 kB method:
+    what reaches the collector is bounded, and they add no series of their own."""
+    received, _ = receiver
+    tools = {t.name for t in registry.all()}
+    assert tools, "the test site's tools are registered in this process too"
+    client = HttpRpc(otel_stack.url)
+    client.validate = False
+    try:
+        for n in range(40):
+            reply = client.request(secrets.token_urlsafe(75_000), request_id=f"stranger-{n}")
+            assert reply.error["code"] == -32601, reply
+    finally:
+        client.close()
+
+    def strangers() -> list[ReceivedSpan]:
+        with received.lock:
+            spans = list(received.spans)
+        return [s for s in spans if str(s.attributes.get("jsonrpc.request.id", "")).startswith("stranger-")]
+
+    wait_until(lambda: len(strangers()) >= 40, timeout=60, explain=lambda: f"{len(strangers())}\n{otel_stack.logs()}")
+    assert {s.name for s in strangers()} == {"_OTHER"}
+    assert {s.attributes["mcp.method.name"] for s in strangers()} == {"_OTHER"}
+    with received.lock:
+        spans = list(received.spans)
+    for span in spans:
+        assert len(span.name.encode()) <= 1024, span.name[:80]
+        for key, value in span.attributes.items():
+            assert len(str(value).encode()) <= 1024, (span.name, key, str(value)[:80])
+
+    def operation_series() -> list[dict[str, Any]]:
+        with received.lock:
+            return [dict(labels) for name, labels in received.series if name == "mcp.server.operation.duration"]
+
+    wait_until(
+        lambda: any(labels.get("mcp.method.name") == "_OTHER" for labels in operation_series()),
+        timeout=60,
+        explain=lambda: f"{operation_series()}\n{otel_stack.logs()}",
+    )
+    with received.lock:
+        every_series = list(received.series)
+    for name, labels in every_series:
+        for key, value in labels:
+            assert len(str(value).encode()) <= 1024, (name, key, str(value)[:80])
+    methods = {labels["mcp.method.name"] for labels in operation_series()}
+    assert methods <= bounds.MCP_METHODS | {"_OTHER"}, methods
+    assert {labels.get("gen_ai.tool.name") for labels in operation_series()} - {None} <= tools | {"_OTHER"}
+    # The 40 strangers share one series (one method, one error code), however many more come.
+    assert [labels for labels in operation_series() if labels["mcp.method.name"] == "_OTHER"] == [
+        {"mcp.method.name": "_OTHER", "error.type": "-32601"}
+    ]

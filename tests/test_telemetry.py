@@ -5,6 +5,7 @@ and reader; tests/support/otel.py)."""
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 from datetime import timedelta
@@ -12,17 +13,19 @@ from datetime import timedelta
 import pytest
 from django.urls import path
 from django.utils import timezone
+from opentelemetry import baggage as otel_baggage
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, StatusCode
 
 from mcptasks.models import Task
 from mcptasks.tasks import lifecycle
-from mcptasks.telemetry import metrics, runs, scrape, tracing
+from mcptasks.telemetry import bounds, metrics, runs, scrape, tracing
 from mcptasks.tools.registry import registry, tool
 from mcptasks.worker import dispatch, execution, queue_depth, runner
 from tests.support.factories import make_task, waiting_task
 from tests.support.legacy import DjangoLegacy
 from tests.support.otel import Recorder, fresh
+from tests.support.rpc import TASKS_CAPS
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
@@ -151,7 +154,8 @@ def test_input_rounds_are_events_of_runs_in_one_trace(rpc, otel):
 def test_client_errors_are_not_server_errors(rpc, otel):
     rpc.validate = False
     assert rpc.request("no/such/method").error["code"] == -32601
-    span = only(otel, "no/such/method")
+    span = only(otel, "_OTHER")  # not an MCP method: one fixed name, whatever the caller sent
+    assert span.attributes["mcp.method.name"] == "_OTHER"
     assert span.attributes["error.type"] == "-32601"
     assert span.attributes["rpc.response.status_code"] == "-32601"
     assert span.status.status_code == StatusCode.UNSET
@@ -249,7 +253,7 @@ def test_legacy_calls_carry_their_session_and_the_run_joins_the_trace(client, ot
     session.request("tasks/get", {"taskId": task_id})
     assert only(otel, "tasks/get").attributes["mcptasks.task.id"] == task_id
     assert session.request("no/such").error["code"] == -32601
-    assert only(otel, "no/such").status.status_code == StatusCode.UNSET
+    assert only(otel, "_OTHER").status.status_code == StatusCode.UNSET
 
 
 # Metrics ----------------------------------------------------------------------------------
@@ -306,7 +310,6 @@ def test_a_creation_and_a_cancel_are_traced_and_counted_on_either_path(poll_rpc,
     """On the event loop as on a thread: the creation's span is current while
     the row is written (the row keeps it), and the counters move once."""
     from tests.support.asgi import AsgiRpc
-    from tests.support.rpc import TASKS_CAPS
 
     tool = {"gen_ai.tool.name": "slow_compute"}
     created, cancelled = otel.total("mcptasks.task.created", **tool), otel.total("mcptasks.task.cancelled", **tool)
@@ -369,3 +372,231 @@ def test_native_without_an_sdk_still_carries_the_client_s_context(rpc, otel, mon
     assert Task.objects.get(pk=task_id).trace_context["traceparent"] == CLIENT_TRACEPARENT
     assert run(task_id) == "completed"
     assert otel.finished() == []
+
+
+# Untrusted callers (issue 26) -----------------------------------------------------------
+
+
+def _every_value(span) -> list[str]:
+    """The span's name, its attributes' values and its status, as text."""
+    values = [span.name, str(span.status.description or "")]
+    for value in dict(span.attributes).values():
+        values.extend(str(v) for v in value) if isinstance(value, tuple) else values.append(str(value))
+    return values
+
+
+def _label_sets(rec: Recorder, metric: str) -> set[tuple]:
+    return {tuple(sorted(p.attributes.items())) for p in rec.points(metric)}
+
+
+def test_a_stranger_cannot_grow_spans_or_series_on_either_path(poll_rpc, otel):
+    """Random long methods, an unknown tool, long ids and headers: every
+    span value is bounded, and the series are the registered tools' and
+    MCP's methods' whatever the callers sent."""
+    poll_rpc.validate = False
+    for n in range(6):
+        poll_rpc.request(f"m{n}/" + os.urandom(10_000).hex(), request_id="i" * 20_000)
+        poll_rpc.call_tool(f"t{n}" + "x" * 20_000, headers={"Mcp-Name": None})
+        poll_rpc.request("tasks/get", {"taskId": "k" * 30_000}, headers={"Mcp-Name": None})
+        poll_rpc.request("tasks/cancel", {"taskId": f"c{n}" * 9_000}, headers={"Mcp-Name": None})
+        poll_rpc.request("prompts/get", {"name": f"p{n}" * 9_000}, headers={"Mcp-Name": None})
+        poll_rpc.request("server/discover", headers={"MCP-Protocol-Version": "v" * 5_000})
+    spans = otel.finished()
+    assert len(spans) >= 36
+    longest = max((value for span in spans for value in _every_value(span)), key=len)
+    assert len(longest) <= 256, longest[:80]
+    methods = {span.attributes["mcp.method.name"] for span in spans}
+    assert methods <= {"_OTHER", "tools/call", "tasks/get", "tasks/cancel", "prompts/get", "server/discover"}
+    assert "_OTHER" in methods
+    assert {s.name for s in spans} <= {
+        "_OTHER",
+        "tools/call _OTHER",
+        "tasks/get",
+        "tasks/cancel",
+        "prompts/get _OTHER",
+        "server/discover",
+    }
+    assert {s.attributes.get("mcp.protocol.version") for s in spans} <= {"2026-07-28", "_OTHER"}
+    series = _label_sets(otel, "mcp.server.operation.duration")
+    recorded_methods = {dict(labels)["mcp.method.name"] for labels in series}
+    recorded_tools = {dict(labels).get("gen_ai.tool.name") for labels in series} - {None}
+    assert recorded_methods <= bounds.MCP_METHODS | {"_OTHER"}
+    assert recorded_tools <= {t.name for t in registry.all()} | {"_OTHER"}
+    assert all(len(str(v)) <= 256 for labels in series for _k, v in labels)
+
+
+def test_a_stranger_cannot_grow_spans_on_the_2025_era(client, otel):
+    session = DjangoLegacy(client, validate=False)
+    session.initialize()
+    otel.clear()
+    session.request("x/" + "y" * 50_000)
+    session.request("tasks/get", {"taskId": "z" * 50_000})
+    session.request("tools/call", {"name": "q" * 50_000, "arguments": {}})
+    session.post(
+        {"jsonrpc": "2.0", "id": "r" * 50_000, "method": "ping"},
+        extra={"Mcp-Session-Id": "s" * 50_000},
+    )
+    spans = otel.finished()
+    assert len(spans) == 4
+    assert max(len(value) for span in spans for value in _every_value(span)) <= 256
+    assert {s.name for s in spans} == {"_OTHER", "tasks/get", "tools/call _OTHER", "ping"}
+    ping = only(otel, "ping")
+    assert len(ping.attributes["jsonrpc.request.id"]) == bounds.MAX_ID_CHARS
+    assert len(ping.attributes["mcp.session.id"]) == bounds.MAX_ID_CHARS
+
+
+def test_the_bounds_are_one_helper_the_run_span_and_task_metrics_use_too(rpc, otel):
+    tool_label = {"gen_ai.tool.name": "slow_compute"}
+    before = otel.total("mcptasks.task.created", **tool_label)
+    task = make_task(tool="slow_compute")
+    assert otel.total("mcptasks.task.created", **tool_label) - before == 1
+    # A row whose tool was unregistered since (or written by hand) is _OTHER, never its name.
+    Task.objects.filter(pk=task.id).update(tool_name="gone" + "g" * 100)
+    metrics.run_finished("gone" + "g" * 100, "completed", 0.1)
+    outcome = {"mcptasks.run.outcome": "completed"}
+    assert otel.total("mcptasks.task.run.duration", **{"gen_ai.tool.name": "_OTHER"}, **outcome) >= 1
+    assert bounds.text("a\nb\x00" + "c" * 1000) == "a\ufffdb\ufffd" + "c" * 252
+    assert bounds.one_of("queued", ("queued", "running")) == "queued"
+    assert bounds.one_of("x" * 999, ("queued",)) == bounds.OTHER
+
+
+BAD_TRACE_FIELDS = [
+    {"traceparent": 1},
+    {"traceparent": True},
+    {"traceparent": 1.5},
+    {"traceparent": [1]},
+    {"traceparent": {"a": 1}},
+    {"traceparent": CLIENT_TRACEPARENT, "baggage": 5},
+    {"traceparent": CLIENT_TRACEPARENT, "tracestate": [1]},
+]
+
+
+@pytest.mark.parametrize(
+    "fields", BAD_TRACE_FIELDS, ids=lambda f: "-".join(f"{k}:{type(v).__name__}" for k, v in f.items())
+)
+@pytest.mark.parametrize("mode", ["native", "propagation"])
+def test_a_trace_field_that_is_not_a_string_is_ignored_on_every_method(poll_rpc, otel, settings, fields, mode):
+    settings.MCPTASKS = {**settings.MCPTASKS, "TELEMETRY": mode}
+    assert poll_rpc.request("server/discover", meta_extra=fields).status == 200
+    task_id = poll_rpc.call_tool("slow_compute", {"seconds": 30}, capabilities=TASKS_CAPS, meta_extra=fields)
+    task_id = task_id.result["taskId"]
+    assert poll_rpc.tasks_get(task_id, meta_extra=fields).result["status"] == "working"
+    cancelled = poll_rpc.tasks_cancel(task_id, meta_extra=fields)
+    assert cancelled.status == 200 and cancelled.result["resultType"] == "complete", cancelled
+    assert Task.objects.get(pk=task_id).status == "cancelled"
+    stored = Task.objects.get(pk=task_id).trace_context or {}
+    if "traceparent" in fields and isinstance(fields["traceparent"], str) and mode == "propagation":
+        assert stored["traceparent"] == CLIENT_TRACEPARENT  # the good field is still read
+    assert "baggage" not in stored and "tracestate" not in stored
+
+
+@pytest.mark.parametrize("fields", BAD_TRACE_FIELDS[:4] + BAD_TRACE_FIELDS[5:])
+def test_a_trace_field_that_is_not_a_string_is_ignored_on_the_2025_era(client, otel, fields):
+    session = DjangoLegacy(client)
+    session.initialize()
+    assert session.request("ping", {"_meta": fields}).status == 200
+    task_reply = session.call_tool("slow_compute", {"seconds": 30}, task={"ttl": 60_000}, _meta=fields)
+    task_id = task_reply.result["task"]["taskId"]
+    assert session.request("tasks/get", {"taskId": task_id, "_meta": fields}).result["status"] == "working"
+    assert session.request("tasks/cancel", {"taskId": task_id, "_meta": fields}).status == 200
+    assert Task.objects.get(pk=task_id).status == "cancelled"
+
+
+def test_trace_fields_past_the_w3c_limits_are_ignored_and_never_logged(rpc, otel, caplog):
+    forged = "k=v\n2026-11-27 12:00:00 CRITICAL root: the admin password is hunter2"
+    cases = [
+        {"traceparent": CLIENT_TRACEPARENT, "tracestate": forged},
+        {"traceparent": CLIENT_TRACEPARENT, "baggage": "a=" + "b" * 900_000},
+        {"traceparent": CLIENT_TRACEPARENT, "tracestate": ",".join(f"k{i}=v" for i in range(33))},
+        {"traceparent": CLIENT_TRACEPARENT, "tracestate": "k=" + "v" * 600},
+        {"traceparent": CLIENT_TRACEPARENT + "-" + "0" * 40},
+        {"traceparent": CLIENT_TRACEPARENT, "baggage": "not a member\nCRITICAL forged"},
+    ]
+    with caplog.at_level(logging.DEBUG):
+        for fields in cases:
+            otel.clear()
+            assert rpc.request("server/discover", meta_extra=fields).status == 200
+            span = only(otel, "server/discover")
+            if len(fields["traceparent"]) == 55:
+                assert hex_trace(span) == CLIENT_TRACE  # the valid field still counts
+            assert not span.context.trace_state  # the bad one as if absent
+        for headers in ({"traceparent": CLIENT_TRACEPARENT, "tracestate": forged}, {"baggage": "x=" + "y" * 9000}):
+            assert rpc.request("server/discover", headers=headers).status == 200
+    logged = [r.getMessage() for r in caplog.records]
+    assert not [m for m in logged if "hunter2" in m or "forged" in m or len(m) > 1000]
+
+
+def test_the_site_s_once_per_kind_log_filter_keys_on_the_format_and_never_fills():
+    """Caller values in a warning made each message a kind of its own: 256 of
+    them silenced every later OpenTelemetry warning of the process."""
+    from tests.testapp import telemetry as site_telemetry
+
+    loggers = [
+        found
+        for name, found in list(logging.Logger.manager.loggerDict.items())
+        if name.startswith("opentelemetry") and isinstance(found, logging.Logger)
+    ]
+    before = {id(found): list(found.filters) for found in loggers}
+    site_telemetry._log_drops_once(metrics.meter().create_counter("tests.dropped"))
+    try:
+        (once,) = [f for f in logging.getLogger("opentelemetry.trace.span").filters if f not in before[id(loggers[0])]]
+
+        def warning(template: str, *args: object) -> logging.LogRecord:
+            return logging.LogRecord("opentelemetry.trace.span", logging.WARNING, __file__, 1, template, args, None)
+
+        passed = [once.filter(warning("Member doesn't match %s", f"k{i}=v\n{i}")) for i in range(300)]
+        assert passed.count(True) == 1
+        assert once.filter(warning("There can't be more 32 key/value pairs."))  # a new kind still speaks
+        assert not once.filter(warning("There can't be more 32 key/value pairs."))
+    finally:
+        for found in loggers:
+            found.filters[:] = before[id(found)]
+
+
+def test_the_scrape_view_answers_404_to_a_bearer_that_is_not_ascii(client, otel, settings):
+    settings.ROOT_URLCONF = __name__
+    settings.MCPTASKS = {**settings.MCPTASKS, "METRICS_TOKEN": "s3cret-token"}
+    for offered in ("s3cret-tökén", "\u00e9" * 20, "s3cret-token\u00a0"):
+        assert client.get("/metrics", headers={"Authorization": f"Bearer {offered}"}).status_code == 404
+    assert client.get("/metrics", headers={"Authorization": "Bearer s3cret-token"}).status_code == 200
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_caller_baggage_is_kept_and_handed_to_the_run_only_when_asked(rpc, client, otel, settings, temp_tool, keep):
+    settings.MCPTASKS = {**settings.MCPTASKS, "TELEMETRY_KEEP_BAGGAGE": keep}
+    seen: list[dict] = []
+
+    @temp_tool(task="optional", description="Notes the run's baggage.")
+    def note_baggage() -> str:
+        seen.append(dict(otel_baggage.get_all()))
+        return "ok"
+
+    fields = {"traceparent": CLIENT_TRACEPARENT, "baggage": "tenant=other-tenant,role=admin"}
+    modern = rpc.call_tool("note_baggage", capabilities=TASKS_CAPS, meta_extra=fields).result["taskId"]
+    session = DjangoLegacy(client)
+    session.initialize()
+    legacy = session.call_tool("note_baggage", {}, task={"ttl": 60_000}, _meta=fields).result["task"]["taskId"]
+    for task_id in (modern, legacy):
+        stored = Task.objects.get(pk=task_id).trace_context
+        assert stored["traceparent"].split("-")[1] == CLIENT_TRACE
+        assert ("baggage" in stored) is keep
+        assert run(task_id) == "completed"
+    expected = {"tenant": "other-tenant", "role": "admin"} if keep else {}
+    assert seen == [expected, expected]
+
+
+def test_a_row_s_stored_baggage_is_not_handed_to_the_run_unless_asked(otel, temp_tool):
+    seen: list[dict] = []
+
+    @temp_tool(task="required", description="Notes the run's baggage.")
+    def note_row_baggage() -> str:
+        seen.append(dict(otel_baggage.get_all()))
+        return "ok"
+
+    task = make_task(tool="note_row_baggage")
+    Task.objects.filter(pk=task.id).update(
+        trace_context={"traceparent": CLIENT_TRACEPARENT, "baggage": "role=admin", "tracestate": "k=v\nforged"}
+    )
+    assert run(task.id) == "completed"
+    assert seen == [{}]
+    assert hex_trace(only(otel, "execute_tool note_row_baggage")) == CLIENT_TRACE

@@ -638,3 +638,65 @@ def test_a_wrong_token_is_refused_even_when_anonymous_is_allowed(rpc):
     reply = rpc.request("server/discover", token="not-a-real-token")
     assert reply.status == 401
     assert reply.headers.get("WWW-Authenticate")
+
+
+# Input past what a store can keep (issue 26) -------------------------------------------------------------
+
+
+def _with_huge_number(body: dict) -> bytes:
+    """``body`` as JSON with ``"HUGE"`` written as ``1e400``: valid JSON,
+    past double range (Python reads it as infinity)."""
+    return json.dumps(body).replace('"HUGE"', "1e400").encode()
+
+
+def test_a_number_past_double_range_in_arguments_is_invalid_params_naming_it(poll_rpc):
+    body = {
+        "jsonrpc": "2.0",
+        "id": 71,
+        "method": "tools/call",
+        "params": {
+            "name": "slow_compute",
+            "arguments": {"seconds": "HUGE"},
+            "_meta": build_meta(TASKS_CAPS),
+        },
+    }
+    headers = {"Accept": "application/json, text/event-stream", "Mcp-Method": "tools/call", "Mcp-Name": "slow_compute"}
+    headers["MCP-Protocol-Version"] = PROTOCOL_VERSION
+    reply = poll_rpc.post_raw(_with_huge_number(body), headers)
+    error = assert_error(reply, -32602, reply.status)
+    assert reply.status < 500 and reply.body["id"] == 71
+    assert "arguments.seconds" in error["message"] and "double range" in error["message"]
+    assert not Task.objects.exists()
+
+
+def test_a_number_past_double_range_in_answers_is_invalid_params_naming_it(poll_rpc):
+    task = waiting_task(owner=ANON, keys=["first"])
+    body = {
+        "jsonrpc": "2.0",
+        "id": 72,
+        "method": "tasks/update",
+        "params": {
+            "taskId": task.id,
+            "inputResponses": {"first": {"action": "accept", "content": {"n": "HUGE"}}},
+            "_meta": build_meta(TASKS_CAPS),
+        },
+    }
+    headers = {"Accept": "application/json, text/event-stream", "Mcp-Method": "tasks/update", "Mcp-Name": task.id}
+    headers["MCP-Protocol-Version"] = PROTOCOL_VERSION
+    reply = poll_rpc.post_raw(_with_huge_number(body), headers)
+    error = assert_error(reply, -32602, reply.status)
+    assert reply.status < 500 and reply.body["id"] == 72
+    assert "inputResponses.first.content.n" in error["message"]
+    assert set(InputRequest.objects.filter(task=task).values_list("state", flat=True)) == {"pending"}
+    assert Task.objects.get(pk=task.id).status == TaskStatus.INPUT_REQUIRED
+
+
+@pytest.mark.parametrize("method", ["tasks/get", "tasks/update", "tasks/cancel"])
+def test_a_task_id_with_a_lone_surrogate_is_not_found(poll_rpc, method):
+    params: dict = {"taskId": "ab\ud800"}
+    if method == "tasks/update":
+        params["inputResponses"] = {}
+    reply = poll_rpc.request(method, params, headers={"Mcp-Name": None})
+    assert_error(reply, -32602, reply.status)
+    unknown = poll_rpc.request(method, {**params, "taskId": "abc"}, headers={"Mcp-Name": None})
+    assert (reply.status, reply.error) == (unknown.status, unknown.error)

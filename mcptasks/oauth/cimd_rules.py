@@ -21,6 +21,11 @@ from oauth2_provider.cimd import CIMDError
 
 #: RFC 6052's well-known NAT64 prefix: the low 32 bits are an IPv4 address.
 NAT64_WELL_KNOWN = ipaddress.IPv6Network("64:ff9b::/96")
+#: RFC 8215's local-use NAT64 prefix: translates to a network's own IPv4
+#: addresses, at a position the site chose, so it is refused as a whole.
+NAT64_LOCAL_USE = ipaddress.IPv6Network("64:ff9b:1::/48")
+#: RFC 4291's deprecated IPv4-compatible addresses (``::a.b.c.d``): the low 32 bits.
+IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")
 
 
 def client_id_url(client_id: str) -> ParseResult:
@@ -46,7 +51,7 @@ def client_id_url(client_id: str) -> ParseResult:
 
 
 def embedded_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
-    """The IPv4 addresses an IPv6 address carries (mapped, 6to4, Teredo, NAT64):
+    """The IPv4 addresses an IPv6 address carries (mapped, compatible, 6to4, Teredo, NAT64):
     a connection to it reaches them, so they are what must be public."""
     if ip.ipv4_mapped is not None:
         return [ip.ipv4_mapped]
@@ -54,7 +59,7 @@ def embedded_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
         return list(ip.teredo)
     if ip.sixtofour is not None:
         return [ip.sixtofour]
-    if ip in NAT64_WELL_KNOWN:
+    if ip in NAT64_WELL_KNOWN or ip in IPV4_COMPATIBLE:
         return [ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)]
     return []
 
@@ -70,6 +75,8 @@ def address_public(address: str) -> bool:
     if ip.is_multicast or not ip.is_global:
         return False
     if isinstance(ip, ipaddress.IPv6Address):
+        if ip in NAT64_LOCAL_USE:
+            return False
         return all(inner.is_global and not inner.is_multicast for inner in embedded_ipv4(ip))
     return True
 

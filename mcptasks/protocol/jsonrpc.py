@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import INVALID_REQUEST, PARSE_ERROR, ProtocolError
+from ..errors import INVALID_REQUEST, PARSE_ERROR, InvalidParams, ProtocolError
 
 RequestId = str | int
 
@@ -47,13 +48,42 @@ def _not_json(constant: str) -> Any:
     raise ValueError(f"{constant} is not JSON")
 
 
+class _PastDoubleRange(dict[str, Any]):
+    """A decoded message holding a number past double range (``1e400``):
+    valid JSON, but no store can keep it, so :func:`parse_message` refuses it."""
+
+
 def decode(raw: bytes) -> Any:
+    past_range = False
+
+    def parse_float(text: str) -> float:
+        nonlocal past_range
+        value = float(text)
+        if not math.isfinite(value):
+            past_range = True
+        return value
+
     try:
-        return json.loads(raw, parse_constant=_not_json)
+        data = json.loads(raw, parse_constant=_not_json, parse_float=parse_float)
     except RecursionError:
         raise ProtocolError(INVALID_REQUEST, "Invalid Request: JSON nested too deeply") from None
     except (ValueError, UnicodeDecodeError):
         raise ProtocolError(PARSE_ERROR, "Parse error: the body is not valid JSON") from None
+    return _PastDoubleRange(data) if past_range and isinstance(data, dict) else data
+
+
+def non_finite_path(value: Any, path: str = "") -> str | None:
+    """Where in ``value`` a number past double range sits (``arguments.x.0``), if anywhere."""
+    stack: list[tuple[Any, str]] = [(value, path)]
+    while stack:
+        node, at = stack.pop()
+        if isinstance(node, float) and not math.isfinite(node):
+            return at
+        if isinstance(node, dict):
+            stack.extend((child, f"{at}.{key}" if at else str(key)) for key, child in node.items())
+        elif isinstance(node, list):
+            stack.extend((child, f"{at}.{i}" if at else str(i)) for i, child in enumerate(node))
+    return None
 
 
 def parse_message(data: Any) -> Message:
@@ -76,6 +106,9 @@ def parse_message(data: Any) -> Message:
         params = {}
     if not isinstance(params, dict):
         raise ProtocolError(INVALID_REQUEST, 'Invalid Request: "params" must be an object')
+    if isinstance(data, _PastDoubleRange):
+        where = non_finite_path(params) or "params"
+        raise InvalidParams(f'"{where[:100]}" holds a number past double range (a JSON number must be finite)')
     if "id" not in data:
         return Message(method=method, params=params, is_notification=True, raw=data)
     request_id = data["id"]

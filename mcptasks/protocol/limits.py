@@ -74,11 +74,14 @@ _ESCAPED_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 def check_size(value: Any, limit: int | None, what: str) -> None:
     """``value`` (arguments, answers) must fit ``limit`` once encoded, and be
-    storable: no NUL character (Postgres text cannot hold one) and no lone
-    surrogate (not Unicode). -32602 otherwise."""
+    storable: no NUL character (Postgres text cannot hold one), no lone
+    surrogate (not Unicode) and no number past double range. -32602 otherwise."""
     from ..errors import InvalidParams
 
-    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    try:
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        raise InvalidParams(f"{what} hold a number past double range (a JSON number must be finite)") from None
     if _ESCAPED_NUL.search(text):
         raise InvalidParams(f"{what} cannot contain NUL characters")
     try:
@@ -87,6 +90,19 @@ def check_size(value: Any, limit: int | None, what: str) -> None:
         raise InvalidParams(f"{what} contain a lone surrogate: not valid Unicode") from None
     if limit is not None and size > limit:
         raise InvalidParams(f"{what} too large (limit {limit} bytes)")
+
+
+def storable_id(value: str, max_chars: int) -> bool:
+    """Whether a caller's id could be a stored one: at most ``max_chars``,
+    no NUL and valid Unicode (a lone surrogate is not). The database is not
+    asked about one that is not: no stored id is."""
+    if len(value) > max_chars or "\x00" in value:
+        return False
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class FixedWindowThrottle:

@@ -23,7 +23,7 @@ from opentelemetry.metrics import CallbackOptions, Counter, Histogram, Observati
 
 from ..conf import package_version, settings
 from ..models import ActiveTaskCount, Task, TaskStatus
-from . import NATIVE
+from . import NATIVE, bounds
 from . import names as n
 
 logger = logging.getLogger("mcptasks.telemetry")
@@ -81,11 +81,11 @@ def instruments() -> Instruments:
 
 
 def operation_finished(method: str, tool: str | None, error_type: str | None, seconds: float) -> None:
-    attributes = {n.MCP_METHOD: method}
+    attributes = {n.MCP_METHOD: bounds.method(method)}
     if tool is not None:
-        attributes[n.TOOL_NAME] = tool
+        attributes[n.TOOL_NAME] = bounds.tool(tool)
     if error_type is not None:
-        attributes[n.ERROR_TYPE] = error_type
+        attributes[n.ERROR_TYPE] = bounds.text(error_type)
     instruments().operation_duration.record(seconds, attributes)
 
 
@@ -117,7 +117,7 @@ def tasks_expired(count: int) -> None:
 
 def run_started(tool: str, attempt: int, wait_seconds: float | None) -> None:
     i = instruments()
-    attributes = {n.TOOL_NAME: tool}
+    attributes = {n.TOOL_NAME: bounds.tool(tool)}
     i.started.add(1, attributes)
     if attempt > 1:
         i.retried.add(1, attributes)
@@ -126,14 +126,15 @@ def run_started(tool: str, attempt: int, wait_seconds: float | None) -> None:
 
 
 def run_finished(tool: str, outcome: str, seconds: float) -> None:
-    instruments().run_duration.record(seconds, {n.TOOL_NAME: tool, n.RUN_OUTCOME: outcome})
+    instruments().run_duration.record(seconds, {n.TOOL_NAME: bounds.tool(tool), n.RUN_OUTCOME: outcome})
 
 
 def _count(counter: Counter, tool: str, *, committed: bool) -> None:
+    attributes = {n.TOOL_NAME: bounds.tool(tool)}
     if committed:  # on the loop, where on_commit would touch the connection synchronously
-        counter.add(1, {n.TOOL_NAME: tool})
+        counter.add(1, attributes)
     else:
-        transaction.on_commit(lambda: counter.add(1, {n.TOOL_NAME: tool}))
+        transaction.on_commit(lambda: counter.add(1, attributes))
 
 
 # Gauges -------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from ..conf import settings
-from . import NATIVE, OFF, metrics, tracing
+from . import NATIVE, OFF, bounds, metrics, tracing
 from . import names as n
 
 
@@ -66,10 +66,10 @@ def open_request(data: Any, headers: Mapping[str, str]) -> RequestState | None:
         if client is None:
             return None
         return RequestState(method=method, started_ns=0, token=otel_context.attach(client))
-    state = RequestState(method=method, started_ns=time.time_ns(), token=None)
+    state = RequestState(method=bounds.method(method), started_ns=time.time_ns(), token=None)
     state.attributes = _request_attributes(method, params, data.get("id"), headers)
     state.tool = state.attributes.get(n.TOOL_NAME)
-    name = f"{method} {_target(method, params)}".rstrip()
+    name = _span_name(method, params)
     outer = trace.get_current_span()
     if outer.get_span_context().is_valid:
         links = _links_to(client, outer.get_span_context().trace_id)
@@ -117,7 +117,7 @@ def served_on_loop(
     params = data.get("params")
     params = params if isinstance(params, dict) else {}
     attributes = _request_attributes(method, params, data.get("id"), headers)
-    name = f"{method} {_target(method, params)}".rstrip()
+    name = _span_name(method, params)
     outer = trace.get_current_span()
     if outer.get_span_context().is_valid:
         client = _client_context(params, headers)
@@ -133,7 +133,9 @@ def served_on_loop(
             attributes=attributes,
             start_time=started_ns,
         )
-    state = RequestState(method=method, started_ns=started_ns, token=None, span=span, attributes=attributes)
+    state = RequestState(
+        method=bounds.method(method), started_ns=started_ns, token=None, span=span, attributes=attributes
+    )
     _note(state, body, status)
     _end(state, time.time_ns())
 
@@ -157,14 +159,17 @@ def now_ns() -> int:
 
 def _client_context(params: Mapping[str, Any], headers: Mapping[str, str]) -> Context | None:
     """The client's trace context: ``params._meta`` first, then the HTTP
-    headers; ``None`` when neither carries any (most requests: no parsing)."""
+    headers; ``None`` when neither carries any (most requests: no parsing).
+    Only fields within the W3C limits are read (``tracing.safe_carrier``)."""
     fields = _propagator_fields(propagate.get_global_textmap())
     meta = params.get("_meta")
     if isinstance(meta, dict) and any(name in meta for name in fields):
-        return propagate.extract(meta)
-    if any(headers.get(name) is not None for name in fields):
-        return propagate.extract(headers)
-    return None
+        carrier = tracing.safe_carrier(meta, fields)
+    elif any(headers.get(name) is not None for name in fields):
+        carrier = tracing.safe_carrier(headers, fields)
+    else:
+        return None
+    return propagate.extract(carrier) if carrier else None
 
 
 @functools.lru_cache(maxsize=4)
@@ -183,34 +188,38 @@ def _links_to(client: Context | None, outer_trace_id: int) -> list[Link]:
     return []
 
 
-def _target(method: str, params: Mapping[str, Any]) -> str:
-    if method in ("tools/call", "prompts/get"):
-        name = params.get("name")
-        return name if isinstance(name, str) else ""
-    return ""
+def _span_name(method: str, params: Mapping[str, Any]) -> str:
+    """``{method} {target}``, both bounded: a method that is not MCP's and a
+    tool or prompt the site did not register are ``_OTHER``."""
+    if method == "tools/call" and isinstance(params.get("name"), str):
+        return f"{method} {bounds.tool(params['name'])}"
+    if method == "prompts/get" and isinstance(params.get("name"), str):
+        return f"{method} {bounds.prompt(params['name'])}"
+    return bounds.method(method)
 
 
 def _request_attributes(
     method: str, params: Mapping[str, Any], request_id: Any, headers: Mapping[str, str]
 ) -> dict[str, Any]:
-    attributes: dict[str, Any] = {n.MCP_METHOD: method}
+    """Every value bounded (``bounds``): the caller wrote them all."""
+    attributes: dict[str, Any] = {n.MCP_METHOD: bounds.method(method)}
     version = _protocol_version(params, headers)
     if version:
-        attributes[n.MCP_PROTOCOL_VERSION] = version
+        attributes[n.MCP_PROTOCOL_VERSION] = bounds.protocol_version(version)
     if isinstance(request_id, (str, int)) and not isinstance(request_id, bool):
-        attributes[n.JSONRPC_REQUEST_ID] = str(request_id)
+        attributes[n.JSONRPC_REQUEST_ID] = bounds.identifier(request_id)
     name = params.get("name")
     if method == "tools/call" and isinstance(name, str):
-        attributes[n.TOOL_NAME] = name
+        attributes[n.TOOL_NAME] = bounds.tool(name)
         attributes[n.OPERATION_NAME] = n.EXECUTE_TOOL
     elif method == "prompts/get" and isinstance(name, str):
-        attributes[n.PROMPT_NAME] = name
+        attributes[n.PROMPT_NAME] = bounds.prompt(name)
     task_id = params.get("taskId")
     if isinstance(task_id, str):
-        attributes[n.TASK_ID] = task_id
+        attributes[n.TASK_ID] = bounds.identifier(task_id)
     session = headers.get("mcp-session-id")
     if session and version and version < n.SESSIONLESS_VERSION:
-        attributes[n.MCP_SESSION_ID] = session
+        attributes[n.MCP_SESSION_ID] = bounds.identifier(session)
     return attributes
 
 
@@ -242,11 +251,11 @@ def _note(state: RequestState, body: Mapping[str, Any] | None, status: int) -> N
         span.set_attribute(n.ERROR_TYPE, state.error_type)
         span.set_attribute(n.RPC_STATUS_CODE, state.error_type)
         if code not in n.CLIENT_ERRORS:
-            span.set_status(Status(StatusCode.ERROR, str(error.get("message", ""))[:200]))
+            span.set_status(Status(StatusCode.ERROR, bounds.text(error.get("message", ""), 200)))
     elif isinstance(result, Mapping):
         task_id = _created_task_id(result)
         if task_id is not None:
-            span.set_attribute(n.TASK_ID, task_id)
+            span.set_attribute(n.TASK_ID, bounds.identifier(task_id))
         if result.get("isError") is True:
             state.error_type = n.TOOL_ERROR
             span.set_attribute(n.ERROR_TYPE, n.TOOL_ERROR)

@@ -32,7 +32,7 @@ from opentelemetry.util.types import AttributeValue
 
 from ..conf import settings
 from ..models import Task
-from . import NATIVE, OFF, metrics, tracing
+from . import NATIVE, OFF, bounds, metrics, tracing
 from . import names as n
 
 
@@ -73,7 +73,7 @@ def started(task: Task, answers: Mapping[str, Any]) -> None:
     state = _current.get()
     if state is None:
         return  # not inside traced(): nothing would end a span
-    parent = propagate.extract(task.trace_context or {})
+    parent = propagate.extract(_stored_context(task))
     if settings.TELEMETRY != NATIVE or not tracing.sdk_installed():
         state.token = otel_context.attach(parent)
         return
@@ -84,10 +84,11 @@ def started(task: Task, answers: Mapping[str, Any]) -> None:
     queued = task.dispatched_at or task.created_at
     wait = (timezone.now() - queued).total_seconds() if task.attempts <= 1 else None
     metrics.run_started(task.tool_name, task.attempts, wait)
+    tool = bounds.tool(task.tool_name)
     attributes: dict[str, AttributeValue] = {
-        n.TOOL_NAME: task.tool_name,
+        n.TOOL_NAME: tool,
         n.OPERATION_NAME: n.EXECUTE_TOOL,
-        n.TASK_ID: task.id,
+        n.TASK_ID: bounds.identifier(task.id),
         n.RUN_ATTEMPT: task.attempts,
     }
     links: list[Link] = []
@@ -100,12 +101,23 @@ def started(task: Task, answers: Mapping[str, Any]) -> None:
             links.append(Link(creator))
         parent = otel_context.Context()
     span = tracing.tracer().start_span(
-        f"{n.EXECUTE_TOOL} {task.tool_name}", context=parent, kind=SpanKind.CONSUMER, attributes=attributes, links=links
+        f"{n.EXECUTE_TOOL} {tool}", context=parent, kind=SpanKind.CONSUMER, attributes=attributes, links=links
     )
     if answers:
-        span.add_event(n.EVENT_INPUT_ANSWERED, {n.INPUT_KEYS: sorted(answers)})
+        span.add_event(n.EVENT_INPUT_ANSWERED, {n.INPUT_KEYS: [bounds.identifier(key) for key in sorted(answers)[:64]]})
     state.span = span
     state.token = otel_context.attach(trace.set_span_in_context(span, parent))
+
+
+def _stored_context(task: Task) -> dict[str, str]:
+    """The row's trace context, read as a client's is (rows written before
+    these checks, or by hand, get no more trust), without its baggage unless
+    ``TELEMETRY_KEEP_BAGGAGE``: a caller wrote it, and the run would trust it."""
+    stored = task.trace_context if isinstance(task.trace_context, dict) else {}
+    carrier = tracing.safe_carrier(stored, stored.keys())
+    if not settings.TELEMETRY_KEEP_BAGGAGE:
+        carrier.pop(tracing.BAGGAGE, None)
+    return carrier
 
 
 def input_asked(keys: Mapping[str, Any]) -> None:

@@ -29,7 +29,10 @@ def allowed(request: HttpRequest) -> bool:
         return True
     token = settings.METRICS_TOKEN
     scheme, _, offered = request.headers.get("Authorization", "").partition(" ")
-    return bool(token) and scheme.lower() == "bearer" and hmac.compare_digest(offered.strip(), str(token))
+    if not token or scheme.lower() != "bearer":
+        return False
+    # As bytes: compare_digest refuses a str that is not ASCII, and a header may hold any.
+    return hmac.compare_digest(offered.strip(" \t").encode("utf-8", "surrogatepass"), str(token).encode("utf-8"))
 
 
 @require_GET

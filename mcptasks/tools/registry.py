@@ -33,6 +33,7 @@ import pydantic
 
 from .. import signals
 from ..errors import InvalidParams
+from ..telemetry import bounds
 from .signatures import build_input_model, clean_schema, header_params, takes_context
 
 TaskMode = Literal["never", "optional", "required", "auto"]
@@ -442,3 +443,8 @@ def prompt(
     if fn is not None:
         return decorate(fn)
     return decorate
+
+
+# Telemetry records a tool or prompt name only when the site registered it.
+bounds.recognise(bounds.TOOL, registry.__contains__)
+bounds.recognise(bounds.PROMPT, lambda name: name in registry.prompts)

@@ -19,7 +19,7 @@ from django.http.request import validate_host
 from django.views.decorators.csrf import csrf_exempt
 
 from ..conf import settings
-from ..errors import INVALID_REQUEST, ProtocolError
+from ..errors import INVALID_REQUEST, InvalidParams, ProtocolError
 from ..protocol import jsonrpc, limits
 from ..protocol.caller import Caller
 from ..protocol.legacy import handlers as legacy
@@ -228,6 +228,8 @@ def _serve_post(request: HttpRequest, data: Any) -> WireReply | PendingReply:
         return legacy.handle_post(request.headers.get(legacy.SESSION_HEADER), data, caller)
     try:
         message = jsonrpc.parse_message(data)
+    except InvalidParams as exc:  # a sound envelope whose params are not: its id is known
+        return error_reply(exc, _request_id((data,)))
     except ProtocolError as exc:
         return error_reply(exc)
     caller = _authenticated(request, message.id)

@@ -31,7 +31,12 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 from django.utils import timezone
-from oauth2_provider.models import get_access_token_model, get_application_model, set_token_value
+from oauth2_provider.models import (
+    get_access_token_model,
+    get_application_model,
+    get_refresh_token_model,
+    set_token_value,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 #: This module as the example site's process imports it.
@@ -360,6 +365,53 @@ def token_endpoint_is_throttled_per_address() -> None:
 
 def test_token_endpoint_is_throttled_per_address(example_site):
     example_site(token_endpoint_is_throttled_per_address)
+
+
+def a_public_client_is_not_locked_for_other_addresses() -> None:
+    """A public client's id is no secret: failures naming it from one address
+    lock that address, never the client for its users elsewhere (issue 26)."""
+    client = Client()
+    user = get_user_model().objects.create_user("victim", password=PASSWORD)
+    app = get_application_model().objects.create(
+        name="Desktop assistant",
+        client_id="public-desktop",
+        client_type="public",
+        authorization_grant_type="authorization-code",
+        redirect_uris="http://127.0.0.1:7777/callback",
+    )
+    access = get_access_token_model()(
+        user=user, application=app, expires=timezone.now() + timedelta(hours=1), scope="mcp"
+    )
+    set_token_value(access, secrets.token_urlsafe(24))
+    access.save()
+    refresh = get_refresh_token_model()(user=user, application=app, access_token=access)
+    raw_refresh = secrets.token_urlsafe(24)
+    set_token_value(refresh, raw_refresh)
+    refresh.save()
+    guess = {
+        "grant_type": "authorization_code",
+        "code": "guess",
+        "redirect_uri": "http://127.0.0.1:7777/callback",
+        "client_id": "public-desktop",
+    }
+    for _ in range(LIMIT):
+        token_request(client, guess, "10.0.11.1")
+    assert_throttled(token_request(client, guess, "10.0.11.1"))  # the guessing address waits
+    answer = token_request(
+        client,
+        {"grant_type": "refresh_token", "refresh_token": raw_refresh, "client_id": "public-desktop"},
+        "10.0.12.1",
+    )
+    assert answer.status_code == 200, answer.content
+    # An id no client registered (a CIMD URL, say) is no secret either.
+    cimd = {**guess, "client_id": "https://client.example/metadata.json"}
+    for _ in range(LIMIT):
+        token_request(client, cimd, "10.0.13.1")
+    assert token_request(client, cimd, "10.0.14.1").status_code != 429
+
+
+def test_a_public_client_is_not_locked_for_other_addresses(example_site):
+    example_site(a_public_client_is_not_locked_for_other_addresses)
 
 
 def a_failed_login_and_a_failed_token_request_count_apart_per_account() -> None:

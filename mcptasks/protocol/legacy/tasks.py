@@ -32,6 +32,8 @@ def _task_for(call: Call) -> Task:
     task_id = call.params.get("taskId")
     if not isinstance(task_id, str) or not task_id:
         raise InvalidParams('"taskId" (a string) is required')
+    if not limits.storable_id(task_id, 64):
+        raise TaskNotFound()  # no stored id is like it: the same answer as any unknown id
     task = legacy_sessions.visible_tasks(call.caller, call.session).filter(pk=task_id).first()
     if task is None:
         raise TaskNotFound()

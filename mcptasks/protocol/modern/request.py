@@ -45,8 +45,8 @@ def task_id_param(req: Request) -> str:
     task_id = req.params.get("taskId")
     if not isinstance(task_id, str) or not task_id:
         raise InvalidParams('"taskId" (a string) is required')
-    if "\x00" in task_id or len(task_id) > 64:
-        raise TaskNotFound()  # no stored id has them: the same answer as any unknown id
+    if not limits.storable_id(task_id, 64):
+        raise TaskNotFound()  # no stored id is like it: the same answer as any unknown id
     return task_id
 
 
