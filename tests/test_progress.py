@@ -251,3 +251,27 @@ def test_progress_numbers_become_the_message_when_the_tool_gave_none():
     for bad in (float("nan"), float("inf"), True, "3"):
         with pytest.raises(ValueError):
             ctx.report_progress(bad, 10)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def legacy(client: Any) -> Any:
+    from tests.support.legacy import DjangoLegacy
+
+    session = DjangoLegacy(client)
+    session.initialize()
+    return session
+
+
+def test_a_2025_tasks_progress_token_is_kept_with_it_and_bounded(legacy):
+    from mcptasks.models import LegacyTask
+
+    for token in ("steps-1", 7, "x" * 256):
+        reply = legacy.call_tool("count_to", {"n": 1}, task={}, _meta={"progressToken": token})
+        assert LegacyTask.objects.get(task_id=reply.result["task"]["taskId"]).progress_token == token
+    reply = legacy.call_tool("count_to", {"n": 1}, task={})
+    assert LegacyTask.objects.get(task_id=reply.result["task"]["taskId"]).progress_token is None
+    before = Task.objects.count()
+    for bad in ("x" * 257, 1.5, True, {"a": 1}, [1], 2**63):
+        reply = legacy.call_tool("count_to", {"n": 1}, task={}, _meta={"progressToken": bad})
+        assert reply.error["code"] == -32602, (bad, reply)
+    assert Task.objects.count() == before  # refused before any task was made
