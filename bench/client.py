@@ -298,12 +298,15 @@ class E2E:
         return self.completed / self.window if self.window else 0.0
 
 
-async def end_to_end(url: str, concurrency: int, duration: float, warmup: float, poll_interval: float) -> E2E:
-    """``concurrency`` clients, each creating a no-op task and polling it every
-    ``poll_interval`` seconds until terminal, then the next. Counts the tasks
-    observed terminal within the measured window (after ``warmup``)."""
+async def end_to_end(
+    url: str, concurrency: int, duration: float, warmup: float, poll_interval: float, tool: str = "noop"
+) -> E2E:
+    """``concurrency`` clients, each creating a task of ``tool`` (no
+    arguments) and polling it every ``poll_interval`` seconds until terminal,
+    then the next. Counts the tasks observed terminal within the measured
+    window (after ``warmup``)."""
     client = Client(url)
-    raw = client.call_bytes("noop")
+    raw = client.call_bytes(tool)
     out = E2E()
     t_start = time.perf_counter()
     w_start = t_start + warmup

@@ -29,6 +29,8 @@ CALL_LATENCY = "call-latency"
 #: No-op tasks per second from creation to a terminal status, 32 clients, and against the number of clients:
 THROUGHPUT = "throughput"
 THROUGHPUT_SWEEP = "throughput-sweep"
+#: The same for tasks whose tool reports its progress ten times (``steps``), 32 clients:
+STEPS = "steps"
 
 
 @dataclass
@@ -461,9 +463,11 @@ def throughput(
     variant: str = "",
     seconds: float = 0.0,
     after_peer: Callable[[int], list[dict]] | None = None,
+    tool: str = "noop",
 ) -> list[dict]:
-    """End to end; ``after_peer(round)`` runs right after the peer's run of
-    each round (the Celery floor, bench/celery_floor.py), so that it sits next to it."""
+    """End to end, tasks of ``tool``; ``after_peer(round)`` runs right after
+    the peer's run of each round (the Celery floor, bench/celery_floor.py),
+    so that it sits next to it."""
     recs = []
     seconds = seconds or cfg.throughput_seconds
     for r in range(rounds):
@@ -474,7 +478,7 @@ def throughput(
                 bench,
                 name,
                 lambda url=url: client.run(
-                    client.end_to_end(url, conc, seconds, cfg.throughput_warmup, cfg.throughput_poll)
+                    client.end_to_end(url, conc, seconds, cfg.throughput_warmup, cfg.throughput_poll, tool=tool)
                 ),
             )
             lat = [x * 1000 for x in e.latencies]
@@ -485,6 +489,7 @@ def throughput(
                 "contender": name,
                 "round": r,
                 "concurrency": conc,
+                "tool": tool,
                 "value": e.rate,
                 # Fair counts: the processes that execute tasks differ per side.
                 "executing_processes": executing,
@@ -500,7 +505,7 @@ def throughput(
             }
             recs.append(rec)
             log(
-                f"throughput c={conc:2} r{r} {name:9} {e.rate:7.1f} tasks/s"
+                f"{variant or THROUGHPUT} c={conc:2} r{r} {name:9} {e.rate:7.1f} {tool} tasks/s"
                 f"  create→terminal p50 {rec['latency_p50_ms']:.0f} ms"
                 f"  failed {e.failed} errors {e.errors}  cpu {cpu}"
             )

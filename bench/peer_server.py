@@ -1,4 +1,4 @@
-"""The peer: fastmcp-tasks (FastMCP 4 + Docket on Redis) serving the same two
+"""The peer: fastmcp-tasks (FastMCP 4 + Docket on Redis) serving the same three
 bench tools as mcptasks, as required tasks.
 
 Runs only in the peer's own virtualenv (see bench/envs.py). Configured from the
@@ -23,7 +23,7 @@ import asyncio
 import os
 from datetime import timedelta
 
-from fastmcp import FastMCP
+from fastmcp import Context, FastMCP
 from fastmcp.utilities.tasks import TaskConfig
 from fastmcp_tasks import TasksExtension
 
@@ -44,6 +44,13 @@ async def noop() -> str:
 async def sleep(seconds: float = 1.0) -> str:
     await asyncio.sleep(seconds)
     return f"slept {seconds}s"
+
+
+@mcp.tool(task=_TASK, description="Reports its progress ten times, then returns (a bench fixture).")
+async def steps(ctx: Context) -> str:
+    for step in range(1, 11):
+        await ctx.report_progress(step, 10, f"step {step} of 10")
+    return "ok"
 
 
 # Sessionless modern wire; plain JSON answers (no SSE framing), as mcptasks does.

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import celery_floor
-from bench.measures import CALL_LATENCY, POLLS, POLLS_SWEEP, THROUGHPUT, THROUGHPUT_SWEEP
+from bench.measures import CALL_LATENCY, POLLS, POLLS_SWEEP, STEPS, THROUGHPUT, THROUGHPUT_SWEEP
 from bench.stacks import MCP_WEB, PEER_LABEL, PEER_SINGLE_LABEL, RUN_LABEL
 
 #: The names earlier runs gave the measures, in their results.json (``--report-only``).
@@ -252,9 +252,46 @@ def summarize(results: dict[str, Any], names: list[str] | None = None, peer: str
             f"{label(n)} {text}" for n in names if (text := _cpu_per_task(runs.get(n, [])))
         )
         s["throughput_cpu_per_task"] = {n: _cpu_per_task_ms(runs.get(n, [])) for n in names}
+    _steps_rows(recs, names, row, s)
     if peer == "peer":
         _durable_peer_row(recs, names, mcp, s)
     return s
+
+
+STEPS_TITLE = "`steps` tasks/s (10 progress reports each), create→terminal, 32 clients"
+STEPS_CPU_TITLE = "`steps` tasks per second of CPU, whole stack, 32 clients"
+
+
+def _steps_rows(recs: list[dict], names: list[str], row: Any, s: dict[str, Any]) -> None:
+    """The ``steps`` measure: its rate, and its rate per second of the whole
+    stack's CPU, with the CPU per task by process group and the machine's busy
+    time per task beside them."""
+    runs = by(recs, STEPS, "c32")
+    if not runs:
+        return
+    for rr in runs.values():
+        for r in rr:
+            cores = _stack_cores(r)
+            r["per_cpu_second"] = r["value"] / cores if cores and r.get("value") else float("nan")
+    row(STEPS_TITLE, STEPS, "c32", "/s", goal="≥ 1× peer")
+    e = row(STEPS_CPU_TITLE, STEPS, "c32", "/CPU-s", "per_cpu_second", goal="≥ 1.5× peer")
+    busy = {
+        n: med(
+            [
+                1000 * r["cpu"]["machine"] / r["value"]
+                for r in runs.get(n, [])
+                if r.get("value") and "machine" in r.get("cpu", {})
+            ]
+        )
+        for n in names
+    }
+    e["floor"] = (
+        "CPU per task, ms: "
+        + "; ".join(f"{label(n)} {text}" for n in names if (text := _cpu_per_task(runs.get(n, []))))
+        + "; machine busy per task (client included), ms: "
+        + ", ".join(f"{label(n)} {v:.1f}" for n, v in busy.items() if not math.isnan(v))
+    )
+    s["steps_cpu_per_task"] = {n: _cpu_per_task_ms(runs.get(n, [])) for n in names}
 
 
 def _durable_peer_row(recs: list[dict], names: list[str], mcp: list[str], s: dict[str, Any]) -> None:
@@ -369,6 +406,14 @@ def goal_lines(results: dict[str, Any], s: dict[str, Any]) -> list[str]:
         f"- **throughput** ({label(n) if n != '–' else '–'}): {fr(r)} fastmcp-tasks (goal ≥ 1.5×): "
         f"**{'met' if r >= 1.5 else 'not met'}**"
     )
+    if STEPS_CPU_TITLE in rows:
+        n, r = best(STEPS_CPU_TITLE)
+        rate = rows[STEPS_TITLE]["ratios"].get(n, float("nan")) if n != "–" else float("nan")
+        ok = r >= 1.5 and rate >= 1.0
+        lines.append(
+            f"- **steps** ({label(n) if n != '–' else '–'}): {fr(r)} fastmcp-tasks per CPU-second (goal ≥ 1.5×), "
+            f"{fr(rate)} its tasks/s (goal ≥ 1×): **{'met' if ok else 'not met'}**"
+        )
     title = "no-op tasks/s, create→terminal, 32 clients, the peer's Redis on `appendfsync always`"
     if title in rows:
         n, r = best(title)

@@ -107,7 +107,7 @@ def main() -> None:
     ap.add_argument(
         "--skip",
         default="",
-        help="comma list of: polls,call-latency,throughput,throughput-durable-peer,celery-floor,scale,"
+        help="comma list of: polls,call-latency,throughput,steps,throughput-durable-peer,celery-floor,scale,"
         "sweeps,profile,pgbench",
     )
     ap.add_argument("--mcptasks", default="uvicorn,gunicorn", help="mcptasks web configurations to run")
@@ -244,6 +244,10 @@ def main() -> None:
                     )
         elif floor is not None:
             results["records"] += celery_floor.rounds(bench, cfg)
+        if measures.STEPS not in skip:
+            results["records"] += measures.throughput(
+                bench, cfg, contenders, 32, cfg.rounds, variant=measures.STEPS, tool="steps"
+            )
         if durable_peer.MEASURE.lower() not in skip:
             results["records"] += durable_peer.run(bench, cfg, mcp_names[0], args.peer_web_workers)
         if "profile" not in skip and not cfg.quick:

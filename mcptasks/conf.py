@@ -57,6 +57,12 @@ class MCPTasksSettings:
     HEARTBEAT_SECONDS: float = 5.0
     #: How often a running tool's context looks for a cancel (seconds).
     CANCEL_POLL_SECONDS: float = 0.25
+    #: A run's status messages (``ctx.report_status``, ``ctx.report_progress``)
+    #: are written at most once per this many seconds, the latest one each
+    #: time; a message still pending when the run asks for input, finishes or
+    #: sees a cancel is dropped. A worker killed mid-run loses at most this
+    #: much of them.
+    STATUS_INTERVAL_SECONDS: float = 0.25
     #: Runs of one task that may be lost to dead workers before it fails.
     MAX_ATTEMPTS: int = 3
     #: A ``working`` task never claimed within this many seconds of its

@@ -293,6 +293,10 @@ class LegacyTask(models.Model):
 
     task = models.OneToOneField(Task, primary_key=True, on_delete=models.CASCADE, related_name="legacy")
     session_id = models.CharField(max_length=64, db_index=True)
+    #: The creating request's ``progressToken`` (a string or an integer), valid
+    #: for the task's life: its progress goes to the session as
+    #: ``notifications/progress`` under it. ``None``: the request had none.
+    progress_token = models.JSONField(null=True, blank=True, default=None)
 
     def __str__(self) -> str:
         return f"{self.task_id} in session {self.session_id[:8]}"

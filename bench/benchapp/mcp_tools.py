@@ -1,4 +1,4 @@
-"""The bench tools: ``noop`` and ``sleep`` are the same as the peer's
+"""The bench tools: ``noop``, ``sleep`` and ``steps`` are the same as the peer's
 (bench/peer_server.py); ``gated`` is for the listen-stream bench
 (bench/listen.py) and has no counterpart there."""
 
@@ -16,6 +16,13 @@ def noop() -> str:
 def sleep(ctx: ToolContext, seconds: float = 1.0) -> str:
     ctx.sleep(seconds)
     return f"slept {seconds}s"
+
+
+@tool(task="required", description="Reports its progress ten times, then returns (a bench fixture).")
+def steps(ctx: ToolContext) -> str:
+    for step in range(1, 11):
+        ctx.report_progress(step, 10, f"step {step} of 10")
+    return "ok"
 
 
 @tool(

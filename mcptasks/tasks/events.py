@@ -65,29 +65,50 @@ def _snapshot(task_id: str) -> tuple[Task | None, dict[str, Any] | None]:
 
 
 def announce(
-    task_id: str, from_status: str, to_status: str, actor: str, kind: str, *, task: Task | None = None
+    task_id: str,
+    from_status: str,
+    to_status: str,
+    actor: str,
+    kind: str,
+    *,
+    task: Task | None = None,
+    progress: Mapping[str, Any] | None = None,
 ) -> None:
     """Log and signal the change once it is committed (never before: a
     listener must not see what a rollback undoes). ``task``, when the caller
-    has the row as the change left it, saves the snapshot query."""
+    has the row as the change left it, saves the snapshot query. ``progress``:
+    a status message's numbers, when its tool gave them."""
     if task is not None:
         pending: dict[str, Any] | None = {}
     else:
         task, pending = _snapshot(task_id)
-    transaction.on_commit(lambda: _send(task_id, from_status, to_status, actor, kind, task, pending))
+    transaction.on_commit(lambda: _send(task_id, from_status, to_status, actor, kind, task, pending, progress))
 
 
 def announce_committed(
-    task: Task, from_status: str, actor: str, kind: str, *, pending: dict[str, Any] | None = None
+    task: Task,
+    from_status: str,
+    actor: str,
+    kind: str,
+    *,
+    pending: dict[str, Any] | None = None,
+    progress: Mapping[str, Any] | None = None,
 ) -> None:
     """``announce`` for a change already committed (a statement in
     autocommit on the event loop), with the row as it left it and, where
     it waits, its pending questions."""
-    _send(task.id, from_status, task.status, actor, kind, task, pending if pending is not None else {})
+    _send(task.id, from_status, task.status, actor, kind, task, pending if pending is not None else {}, progress)
 
 
 def _send(
-    task_id: str, from_status: str, to_status: str, actor: str, kind: str, task: Task | None, pending: Any
+    task_id: str,
+    from_status: str,
+    to_status: str,
+    actor: str,
+    kind: str,
+    task: Task | None,
+    pending: Any,
+    progress: Mapping[str, Any] | None = None,
 ) -> None:
     kind = kind.value if isinstance(kind, EventKind) else kind  # listeners get plain strings
     logger.info(
@@ -108,6 +129,7 @@ def _send(
         kind=kind,
         task=task,
         pending_inputs=pending,
+        progress=progress,
     )
 
 

@@ -164,6 +164,16 @@ SELECT id, owner, tool_name, arguments, era, client_capabilities, status, status
 FROM finished;
 
 
+-- name: run_status_message
+-- A running task's status message, while ``worker`` holds its lease. No
+-- event: a message is a hint, not a record. The row comes back as a poll
+-- reads it, for the listeners told of the change.
+UPDATE mcptasks_task SET status_message = %(message)s, updated_at = %(now)s
+WHERE id = %(task_id)s AND status = %(working)s AND lease_owner = %(worker)s
+RETURNING id, owner, tool_name, era, status, status_message, result, error,
+          created_at, updated_at, ttl_ms, poll_interval_ms, outcome_read_at;
+
+
 -- name: task_cancel
 -- An active task cancelled now: the guarded move (its status re-read under
 -- the row lock, as ``transitions._transition`` does), its event, the

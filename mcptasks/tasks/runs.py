@@ -18,7 +18,7 @@ from ..conf import settings
 from ..errors import INTERNAL_ERROR
 from ..models import InputRequest, InputRequestState, Task, TaskStatus
 from . import sql
-from .events import STATUS_MESSAGE, SYSTEM, EventKind, announce, record_event, worker_actor
+from .events import STATUS_MESSAGE, SYSTEM, EventKind, announce, announce_committed, record_event, worker_actor
 from .transitions import fail
 
 
@@ -136,13 +136,37 @@ def _held(runs: dict[str, str]) -> Any:
     return Task.objects.filter(pk__in=set(runs.values()), lease_owner__in=list(runs), status=TaskStatus.WORKING)
 
 
-def set_status_message(task_id: str, message: str, *, worker: str) -> bool:
+def set_status_message(task_id: str, message: str, *, worker: str, progress: dict[str, Any] | None = None) -> bool:
+    """The running task's status message, while ``worker`` holds its lease,
+    announced to listeners (with the tool's ``progress`` numbers, when it
+    gave them: 2025-era sessions get them as ``notifications/progress``).
+    A run's reports reach here coalesced (``mcptasks.worker.progress``).
+    False when the task is no longer this worker's to run."""
+    now = timezone.now()
+    actor = worker_actor(worker)
+    if sql.single_statement():
+        params = {
+            "task_id": task_id,
+            "message": message,
+            "now": now,
+            "working": TaskStatus.WORKING.value,
+            "worker": worker,
+        }
+        cursor = sql.execute("run_status_message", params)
+        row = cursor.fetchone()
+        if row is None:
+            return False
+        task = Task.objects.from_row(sql.column_names(cursor), row)
+        transaction.on_commit(
+            lambda: announce_committed(task, TaskStatus.WORKING, actor, STATUS_MESSAGE, progress=progress)
+        )
+        return True
     with transaction.atomic():
         changed = Task.objects.filter(pk=task_id, status=TaskStatus.WORKING, lease_owner=worker).update(
-            status_message=message, updated_at=timezone.now()
+            status_message=message, updated_at=now
         )
         if changed:
-            announce(task_id, TaskStatus.WORKING, TaskStatus.WORKING, worker_actor(worker), STATUS_MESSAGE)
+            announce(task_id, TaskStatus.WORKING, TaskStatus.WORKING, actor, STATUS_MESSAGE, progress=progress)
         return bool(changed)
 
 

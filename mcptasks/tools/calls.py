@@ -28,6 +28,7 @@ def tool_context(
     log_level: str | None = None,
     task_id: str | None = None,
     on_status: Callable[[str], object] | None = None,
+    on_progress: Callable[[str, dict[str, Any]], object] | None = None,
     can_hand_off: bool = False,
 ) -> ToolContext:
     """The context of one run.
@@ -46,7 +47,8 @@ def tool_context(
         answers=answers,
         task_id=task_id,
         cancel_event=cancel_event,
-        on_status=off_the_loop(on_status) if on_status is not None else None,
+        on_status=on_status,
+        on_progress=on_progress,
         on_notify=notify,
         progress_token=progress_token if notify is not None else None,
         log_level=log_level if notify is not None else None,

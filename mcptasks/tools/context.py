@@ -9,6 +9,7 @@ asked in a stable order, and **writes belong after the last question**.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -71,6 +72,23 @@ def validate_input_response(method: str, key: str, response: Any) -> None:
         raise InvalidParams(f"inputResponses[{key!r}] must be a ListRootsResult")
 
 
+def _check_number(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, not {value!r}")
+
+
+def _plain(number: float) -> str:
+    """``3`` for 3.0, ``2.5`` for 2.5."""
+    return str(int(number)) if float(number).is_integer() else repr(float(number))
+
+
+def progress_text(progress: float, total: float | None = None) -> str:
+    """A status message that carries the numbers: "step 3 of 10"."""
+    if total is None:
+        return f"step {_plain(progress)}"
+    return f"step {_plain(progress)} of {_plain(total)}"
+
+
 class ToolContext:
     """Handed to a tool (or a prompt) as its first parameter when it declares
     one. Built by ``mcptasks.tools.calls.tool_context`` for every run."""
@@ -86,6 +104,7 @@ class ToolContext:
         task_id: str | None = None,
         cancel_event: threading.Event | None = None,
         on_status: Callable[[str], object] | None = None,
+        on_progress: Callable[[str, dict[str, Any]], object] | None = None,
         on_notify: Callable[[str, dict[str, Any]], None] | None = None,
         progress_token: str | int | None = None,
         log_level: str | None = None,
@@ -101,6 +120,7 @@ class ToolContext:
         self._answers = dict(answers or {})
         self._cancel_event = cancel_event or threading.Event()
         self._on_status = on_status
+        self._on_progress = on_progress
         self._on_notify = on_notify
         self.progress_token = progress_token
         self.log_level = log_level if log_level in LOG_LEVELS else None
@@ -190,17 +210,29 @@ class ToolContext:
     # Notifications ----------------------------------------------------------
 
     def report_progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
-        """Send ``notifications/progress`` when the caller asked for it (inline
-        calls); inside a task, a message becomes the task's status message."""
+        """Report how far the tool got. Inline, ``notifications/progress`` when
+        the caller asked for it. Inside a task, the task's status message:
+        ``message``, or the numbers when there is none ("step 3 of 10"); a
+        2025-11-25 task whose request carried a ``progressToken`` also sends
+        ``notifications/progress`` with the numbers on its session's stream.
+        Returns at once: inside a task, reports are coalesced like
+        ``report_status``."""
+        _check_number("progress", progress)
+        if total is not None:
+            _check_number("total", total)
+        params: dict[str, Any] = {"progress": progress}
+        if total is not None:
+            params["total"] = total
+        if message:
+            params["message"] = message
         if self.progress_token is not None and self._on_notify is not None:
-            params: dict[str, Any] = {"progressToken": self.progress_token, "progress": progress}
-            if total is not None:
-                params["total"] = total
-            if message:
-                params["message"] = message
-            self._on_notify("notifications/progress", params)
-        elif self.in_task and message:
-            self.report_status(message)
+            self._on_notify("notifications/progress", {"progressToken": self.progress_token, **params})
+        elif self.in_task:
+            status = message or progress_text(progress, total)
+            if self._on_progress is not None:
+                self._on_progress(status, params)
+            else:
+                self.report_status(status)
 
     def log(self, level: str, data: Any, *, logger: str | None = None) -> None:
         """Send ``notifications/message`` if the request's log level admits it."""
@@ -218,7 +250,10 @@ class ToolContext:
     # Status and cancellation --------------------------------------------------
 
     def report_status(self, message: str) -> None:
-        """Set the task's ``statusMessage`` (ignored outside a task)."""
+        """Set the task's ``statusMessage`` (ignored outside a task). Returns
+        at once: a run's latest message is written at most once per
+        ``STATUS_INTERVAL_SECONDS``, and one still pending when the run asks
+        for input, returns or is cancelled is dropped."""
         if self._on_status is not None:
             self._on_status(message)
 

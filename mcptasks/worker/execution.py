@@ -13,16 +13,18 @@ import os
 import socket
 import threading
 import uuid
+from typing import Any
 
 from ..errors import INTERNAL_ERROR, HandOff, InputNeeded, InvalidParams, ProtocolError, TaskCancelled
 from ..protocol import eras
 from ..tasks import lifecycle
 from ..telemetry import runs as run_telemetry
 from ..tools.calls import tool_context
+from ..tools.context import ToolContext
 from ..tools.invoke import invoke
-from ..tools.registry import registry
+from ..tools.registry import Tool, registry
 from ..tools.results import error_result
-from . import leases
+from . import leases, progress
 
 logger = logging.getLogger("mcptasks.execution")
 
@@ -49,18 +51,20 @@ def run_task(task_id: str) -> str:
         lifecycle.fail(task_id, InvalidParams(f"Unknown tool: {task.tool_name}").to_dict(), actor=actor)
         return "failed"
     cancel_event = threading.Event()
+    status = progress.RunStatus(task_id, worker, cancel_event)
     ctx = tool_context(
         owner=task.owner,
         capabilities=task.client_capabilities,
         answers=run.answers,
         task_id=task_id,
         cancel_event=cancel_event,
-        on_status=lambda message: lifecycle.set_status_message(task_id, message, worker=worker),
+        on_status=status.report,
+        on_progress=status.report,
     )
     leases.monitor.watch(task_id, worker, cancel_event)
     try:
         kwargs = tool.validate_arguments(task.arguments)
-        result = invoke(tool, ctx, kwargs)
+        result = _invoke_reporting(tool, ctx, kwargs, status)
     except InputNeeded as need:
         run_telemetry.input_asked(need.requests)
         lifecycle.request_input(task_id, need.requests, worker=worker)
@@ -83,3 +87,15 @@ def run_task(task_id: str) -> str:
         leases.monitor.forget(worker)
     lifecycle.finish_run(task_id, result, worker=worker, to=eras.status_after_result(task.era, result))
     return "completed"
+
+
+def _invoke_reporting(
+    tool: Tool, ctx: ToolContext, kwargs: dict[str, Any], status: progress.RunStatus
+) -> dict[str, Any]:
+    """The tool's call. Its status reports end with it, so that none is
+    written after the run's next durable write (input asked, outcome, or
+    the cancel it saw)."""
+    try:
+        return invoke(tool, ctx, kwargs)
+    finally:
+        status.end()

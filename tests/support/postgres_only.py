@@ -52,3 +52,6 @@ LOOP_POLLS = pytest.mark.postgres_only(reason=LOOP_POLLS_REASON)
 
 #: The poll snapshot is kept true by Postgres LISTEN/NOTIFY: elsewhere there is none.
 POLL_SNAPSHOT = pytest.mark.postgres_only(reason="the poll snapshot listens with Postgres LISTEN/NOTIFY")
+
+#: Each UPDATE of a task's row counted by a trigger installed for the test.
+ROW_UPDATE_TRIGGER = pytest.mark.postgres_only(reason="each UPDATE of a task's row counted by a Postgres trigger")

@@ -343,6 +343,17 @@ def count_to(ctx: ToolContext, n: int = 10, step_seconds: float = 0.1) -> ToolRe
     return ToolResult([text(f"counted to {done}")], structured={"count": done})
 
 
+@tool(task="required", description="Reports the wall clock as its status, every few milliseconds.")
+def report_clock(ctx: ToolContext, seconds: float = 5.0) -> str:
+    # A killed run's last written message tells how much of its reports it lost.
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        ctx.check_cancelled()
+        ctx.report_status(f"{time.time():.3f}")
+        time.sleep(0.002)
+    return "clock stopped"
+
+
 # Resources and prompts -----------------------------------------------------------------
 
 

@@ -309,6 +309,7 @@ def _create_task(call: Call, tool: Tool, arguments: dict[str, Any], meta: Any) -
     ttl = meta.get("ttl")
     if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int) or ttl < 0):
         raise InvalidParams('"task.ttl" must be a non-negative integer (milliseconds)')
+    token = legacy_sessions.progress_token(call.meta)
     try:
         with transaction.atomic():
             task = lifecycle.create_task(
@@ -320,7 +321,7 @@ def _create_task(call: Call, tool: Tool, arguments: dict[str, Any], meta: Any) -
                 ttl_ms=ttl if ttl is not None else tool.ttl_ms,
                 poll_interval_ms=tool.poll_interval_ms,
             )
-            legacy_sessions.link_task(task, call.session)
+            legacy_sessions.link_task(task, call.session, token=token)
     except lifecycle.TooManyActiveTasks as exc:
         raise limits.RateLimited(str(exc), retry_after=1.0) from None
     # Committed: tasks/get for this id works from here on.

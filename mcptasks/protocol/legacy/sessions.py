@@ -21,6 +21,7 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from ... import signals
+from ...errors import InvalidParams
 from ...models import ACTIVE_STATUSES, Era, LegacySession, LegacyTask, Task, TaskStatus
 from ...notify import fabric as notify
 from ..caller import Caller
@@ -138,8 +139,28 @@ def visible_tasks(caller: Caller, session: LegacySession) -> QuerySet[Task]:
     return qs.filter(Q(status__in=ACTIVE_STATUSES) | Q(expires_at__isnull=True) | Q(expires_at__gte=timezone.now()))
 
 
-def link_task(task: Task, session: LegacySession) -> None:
-    LegacyTask.objects.create(task=task, session_id=session.pk)
+#: The longest ``progressToken`` kept with a task (characters).
+MAX_PROGRESS_TOKEN = 256
+
+
+def progress_token(meta: dict[str, Any]) -> str | int | None:
+    """The request's ``_meta.progressToken``, bounded before it is kept:
+    a string or an integer (the schema's ``ProgressToken``), else -32602."""
+    token = meta.get("progressToken")
+    if token is None:
+        return None
+    if isinstance(token, str) and len(token) <= MAX_PROGRESS_TOKEN:
+        return token
+    if isinstance(token, int) and not isinstance(token, bool) and -(2**63) <= token < 2**63:
+        return token
+    raise InvalidParams(
+        f'"_meta.progressToken" must be a string of at most {MAX_PROGRESS_TOKEN} characters or an integer'
+    )
+
+
+def link_task(task: Task, session: LegacySession, *, token: str | int | None = None) -> None:
+    """Tie a new task to its session, with its request's ``progressToken``."""
+    LegacyTask.objects.create(task=task, session_id=session.pk, progress_token=token)
 
 
 def task_object(task: Task) -> dict[str, Any]:
@@ -179,11 +200,23 @@ def related(task_id: str) -> dict[str, Any]:
 
 
 def forward_task_change(
-    *, task_id: str, from_status: str = "", to_status: str = "", task: Task | None = None, **_: Any
+    *,
+    task_id: str,
+    from_status: str = "",
+    to_status: str = "",
+    task: Task | None = None,
+    progress: dict[str, Any] | None = None,
+    **_: Any,
 ) -> None:
     """After commit, wherever a legacy task changes status (web, worker,
-    admin): ``notifications/tasks/status`` to its session's GET stream."""
-    if task is None or task.era != Era.LEGACY or from_status == to_status:
+    admin): ``notifications/tasks/status`` to its session's GET stream; and
+    where its tool reported numbers and its creating request carried a
+    ``progressToken``, ``notifications/progress`` under that token."""
+    if task is None or task.era != Era.LEGACY:
+        return
+    if from_status == to_status:
+        if progress is not None:
+            _forward_progress(task, progress)
         return
     session_id = LegacyTask.objects.filter(task_id=task_id).values_list("session_id", flat=True).first()
     if not session_id or not notify.is_followed(session_group(session_id)):
@@ -194,6 +227,21 @@ def forward_task_change(
             "task_id": task_id,
             "at": change_stamp(task),
             "notification": {"jsonrpc": "2.0", "method": "notifications/tasks/status", "params": task_object(task)},
+        },
+    )
+
+
+def _forward_progress(task: Task, progress: dict[str, Any]) -> None:
+    link = LegacyTask.objects.filter(task_id=task.id).values_list("session_id", "progress_token").first()
+    if link is None or link[1] is None or not notify.is_followed(session_group(link[0])):
+        return
+    params = {"progressToken": link[1], **progress, "_meta": related(task.id)}
+    notify.publisher.publish(
+        session_group(link[0]),
+        {
+            "task_id": task.id,
+            "at": change_stamp(task),
+            "notification": {"jsonrpc": "2.0", "method": "notifications/progress", "params": params},
         },
     )
 
