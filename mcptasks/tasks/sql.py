@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import re
 import sys
 import time
@@ -66,9 +67,12 @@ STATEMENTS: dict[str, str] = _load(Path(__file__).with_name("queries.sql"))
 _ONLY_WHEN_ASKED = sys.maxsize
 
 
+@functools.cache
 def single_statement() -> bool:
     """Whether the raw statements apply (Postgres); other databases take
-    each operation's ORM implementation.
+    each operation's ORM implementation. Chosen once per process (again
+    only when ``DATABASES`` changes, as in tests), so one transition has
+    one writer in a process.
 
     On Postgres each hot operation is one statement (a data-modifying CTE:
     the guarded UPDATE, its event, and the row as left), so one round trip and
@@ -286,3 +290,5 @@ def close_pools() -> None:
 def _forget_pools(*, setting: str, **kwargs: Any) -> None:
     if setting in ("DATABASES", "MCPTASKS"):
         close_pools()
+    if setting == "DATABASES":
+        single_statement.cache_clear()
