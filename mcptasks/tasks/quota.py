@@ -67,8 +67,11 @@ def take_place(owner: str) -> None:
     every creation in flight to commit, and the count is read again under it.
     """
     limit = settings.MAX_ACTIVE_TASKS_PER_OWNER
-    if limit is not None and active_count(owner) >= limit:
-        raise TooManyActiveTasks(limit)
+    if limit is not None:
+        if connection.vendor == "postgresql":  # the twin on Postgres (tests): the owner's lock, alone
+            sql.execute("quota_lock_exclusive", {"lock_key": quota_lock_key(owner)})
+        if active_count(owner) >= limit:
+            raise TooManyActiveTasks(limit)
     adjust(owner, 1)
 
 

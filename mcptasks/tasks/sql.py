@@ -67,7 +67,6 @@ STATEMENTS: dict[str, str] = _load(Path(__file__).with_name("queries.sql"))
 _ONLY_WHEN_ASKED = sys.maxsize
 
 
-@functools.cache
 def single_statement() -> bool:
     """Whether the raw statements apply (Postgres); other databases take
     each operation's ORM implementation. Chosen once per process (again
@@ -81,6 +80,11 @@ def single_statement() -> bool:
     version after waiting for a concurrent writer: the same compare-and-set
     as ``transitions._transition``.
     """
+    return _on_postgres()
+
+
+@functools.cache
+def _on_postgres() -> bool:
     return connection.vendor == "postgresql"
 
 
@@ -291,4 +295,4 @@ def _forget_pools(*, setting: str, **kwargs: Any) -> None:
     if setting in ("DATABASES", "MCPTASKS"):
         close_pools()
     if setting == "DATABASES":
-        single_statement.cache_clear()
+        _on_postgres.cache_clear()

@@ -10,23 +10,12 @@ completed | failed | cancelled``. A move to a terminal status stamps
 the same write.
 
 One writer per transition per backend (``sql.single_statement`` chooses,
-once per process): on Postgres the named statement in ``queries.sql``, on
-other databases its ORM twin beside it, built on ``_transition``. The pattern
-for a new transition: add its statement, call it from a function here that
-passes ``allowed_from(to)``, and give it an ORM twin through ``_transition``.
-
-=================  ==============================  ===========================
-transition         Postgres statement              ORM twin
-=================  ==============================  ===========================
-a run ends         ``run_finish``                  ``_transition``
-a task is ended    ``task_end`` (cancel, fail)     ``_transition``
-a run asks input   ``input_request``               ``_request_input_orm``
-answers arrive     ``task_lock``, ``input_pending``,  ``_submit_input_orm``
-                   ``input_answer``
-=================  ==============================  ===========================
-
-Creation (``creation``), the lease (``runs``), the first outcome read
-(``reads``) and the sweeper (``maintenance``) follow the same pattern.
+once per process): on Postgres its named statement in ``queries.sql``
+(``run_finish``, ``task_end``, ``input_request``, ``input_answer``), on other
+databases its ORM twin in the same function, built on ``_transition``.
+docs/architecture.md ("One writer per transition") lists them all. A new
+transition follows the pattern: a statement that takes ``allowed_from(to)``,
+called here on Postgres, and its twin through ``_transition``.
 """
 
 from __future__ import annotations
