@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from mcptasks.conf import settings as mcp_settings
 from mcptasks.models import InputRequest, InputRequestState, Task, TaskEvent, TaskStatus
 from mcptasks.tasks import lifecycle
+from mcptasks.tasks import transitions as transitions_rule
 from tests.support.factories import (
     WORKER,
     cancelled_task,
@@ -336,3 +337,68 @@ def test_expire_now_on_a_terminal_task_keeps_its_status():
     assert task.status == TaskStatus.COMPLETED
     assert task.expires_at <= timezone.now()
     assert len(terminal_transitions(task.id)) == 1
+
+
+# The status rule ---------------------------------------------------------------------
+
+#: The protocol's status graph: each status and the statuses it may move to.
+PROTOCOL_MOVES = {
+    "working": {"input_required", "completed", "failed", "cancelled"},
+    "input_required": {"working", "failed", "cancelled"},
+    "completed": set(),
+    "failed": set(),
+    "cancelled": set(),
+}
+
+#: A task in each status, its run's lease held by ``WORKER`` where it runs.
+IN_STATUS = {
+    "working": running_task,
+    "input_required": lambda: waiting_task(keys=["only"]),
+    **TERMINAL_FACTORIES,
+}
+
+
+def _move_to(task: Task, to: str) -> None:
+    """Ask for the move to ``to`` through the transition that makes it."""
+    if to == "working":
+        lifecycle.submit_input(task.id, {"only": {"action": "accept", "content": {"confirm": True}}}, actor="c")
+    elif to == "input_required":
+        lifecycle.request_input(task.id, {"late": elicit()}, worker=WORKER)
+    elif to == "completed":
+        lifecycle.complete(task.id, {"content": []}, worker=WORKER)
+    elif to == "failed":
+        lifecycle.fail(task.id, {"code": -32603, "message": "boom"}, actor="system")
+    else:
+        lifecycle.cancel(task.id, actor="client:alice")
+
+
+def test_the_status_rule_is_the_protocols_graph():
+    assert {str(s): {str(t) for t in transitions_rule.MOVES.get(s, ())} for s in TaskStatus} == PROTOCOL_MOVES
+
+
+@pytest.mark.parametrize(
+    ("start", "to"), [(start, to) for start in sorted(PROTOCOL_MOVES) for to in sorted(PROTOCOL_MOVES) if start != to]
+)
+@pytest.mark.usefixtures("transition_paths")
+def test_every_move_is_applied_or_refused_by_the_one_rule(start, to):
+    task = IN_STATUS[start]()
+    _move_to(task, to)
+    if to in PROTOCOL_MOVES[start]:
+        assert reload(task).status == to
+        assert transitions(task.id)[-1] == (start, to)
+    else:
+        assert reload(task).status == start
+        assert all(step[1] != to for step in transitions(task.id)[1:]), transitions(task.id)
+
+
+@pytest.mark.parametrize("to", ["working", "input_required", "completed", "failed", "cancelled"])
+@pytest.mark.usefixtures("transition_paths")
+def test_narrowing_the_rule_narrows_every_writer(monkeypatch, to):
+    """The rule has one home: taken out of ``MOVES``, a move is refused by
+    the statement on Postgres and by the ORM twin alike."""
+    start = "input_required" if to == "working" else "working"
+    narrowed = {**transitions_rule.MOVES, start: transitions_rule.MOVES[start] - {to}}
+    monkeypatch.setattr(transitions_rule, "MOVES", narrowed)
+    task = IN_STATUS[start]()
+    _move_to(task, to)
+    assert reload(task).status == start

@@ -5,17 +5,19 @@ from __future__ import annotations
 
 import asyncio
 import re
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from django.apps import apps as django_apps
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
-from mcptasks.models import Task, TaskEvent
+from mcptasks.models import InputRequest, Task, TaskEvent
 from mcptasks.tasks import lifecycle, reads, sql
 from tests.support import postgres_only
-from tests.support.factories import WORKER, completed_task, make_task, running_task
+from tests.support.factories import WORKER, completed_task, elicit, make_task, running_task
 
 pytestmark = pytest.mark.django_db
 
@@ -49,7 +51,7 @@ def test_statements_name_the_models_tables_and_columns():
     columns = [f.column for f in Task._meta.concrete_fields]
     inserted = re.search(r"INSERT INTO mcptasks_task \(([^)]*)\)", sql.STATEMENTS["task_create"]).group(1)
     assert [c.strip() for c in inserted.split(",")] == columns
-    for name in ("run_claim", "run_finish", "task_cancel", "input_answer"):
+    for name in ("run_claim", "run_finish", "task_end", "input_request", "input_answer"):
         text = sql.STATEMENTS[name]
         assert "*" not in text, name  # a prepared ``*`` breaks when a migration adds a column
         returned = re.search(r"RETURNING ([^)]*?)\n\)", text).group(1).replace("task.", "")
@@ -183,3 +185,90 @@ def test_a_creations_parameters_are_what_the_orm_would_save():
             assert (type(got), got.obj) == (type(expected), expected.obj), field.name
         else:
             assert (type(got), got) == (type(expected), expected), field.name
+
+
+#: The tables a transition writes.
+_WRITTEN = re.compile(
+    r"\b(UPDATE|INSERT INTO|DELETE FROM)\s+\"?"
+    r"(mcptasks_task|mcptasks_taskevent|mcptasks_inputrequest|mcptasks_activetaskcount)\b",
+    re.IGNORECASE,
+)
+
+
+def _writes(queries: CaptureQueriesContext) -> tuple[list[str], list[str]]:
+    """The named statements run, and any write that was not one (the ORM's)."""
+    named = [q["sql"].split("\n", 1)[0][3:] for q in queries if q["sql"].startswith("-- ")]
+    unnamed = [q["sql"] for q in queries if not q["sql"].startswith("-- ") and _WRITTEN.search(q["sql"])]
+    return named, unnamed
+
+
+@postgres_only.SINGLE_STATEMENT
+@pytest.mark.parametrize("quota", [None, 1000, 3], ids=["no-quota", "far-below-quota", "near-quota"])
+def test_on_postgres_each_transition_writes_through_its_named_statement_alone(settings, quota):
+    """One writer per transition: on Postgres every write of creation, the
+    lease, a run's end, questions, answers, cancel, fail, the first outcome
+    read, the sweeper and expiry is its statement in ``queries.sql``; the ORM
+    never writes a task's rows. (``set_status_message`` is the run's
+    progress, not a transition.)"""
+    settings.MCPTASKS = {**settings.MCPTASKS, "MAX_ACTIVE_TASKS_PER_OWNER": quota, "MAX_ATTEMPTS": 5}
+    steps = {
+        "create": lambda: make_task(owner="alice"),
+        "create with answers": lambda: lifecycle.create_task(
+            owner="alice",
+            tool_name="slow_compute",
+            arguments={},
+            enqueue=False,
+            answered={"k": lifecycle.Answer("elicitation/create", {"message": "?"}, {"action": "decline"})},
+        ),
+    }
+    expected = {"create": ["task_create"], "create with answers": ["task_create"]}
+    if quota == 3:  # near the quota: the owner's lock alone, then the same statement
+        expected = {name: ["quota_lock_exclusive", "task_create"] for name in expected}
+    created = []
+    for name, step in steps.items():
+        with CaptureQueriesContext(connection) as queries:
+            task = step()
+        assert _writes(queries) == (expected[name], []), name
+        created.append(task)
+    assert list(InputRequest.objects.filter(task_id=task.id).values_list("key", "state", "response")) == [
+        ("k", "answered", {"action": "decline"})
+    ]
+    for task in created:  # room under the small quota, and no run for the sweeper below
+        lifecycle.cancel(task.id, actor="client:alice")
+
+    def written(step, *names):
+        with CaptureQueriesContext(connection) as queries:
+            step()
+        assert _writes(queries) == (list(names), []), names
+
+    task = make_task(owner="alice")
+    written(lambda: lifecycle.claim(task.id, worker=WORKER), "run_claim")
+    written(lambda: lifecycle.heartbeat(task.id, worker=WORKER), "lease_renew")
+    written(lambda: lifecycle.renew_leases({WORKER: task.id}), "lease_renew")
+    written(lambda: lifecycle.request_input(task.id, {"q": elicit()}, worker=WORKER), "input_request")
+    answer = {"q": {"action": "accept", "content": {"confirm": True}}}
+    written(
+        lambda: lifecycle.submit_input(task.id, answer, actor="client:alice"),
+        "task_lock",
+        "input_pending",
+        "input_answer",
+    )
+    written(lambda: lifecycle.claim(task.id, worker=WORKER), "run_claim")
+    written(lambda: lifecycle.release(task.id, worker=WORKER), "lease_release")
+    written(lambda: lifecycle.claim(task.id, worker=WORKER), "run_claim")
+    written(lambda: lifecycle.complete(task.id, {"content": []}, worker=WORKER), "run_finish")
+    written(lambda: lifecycle.note_result_retrieved(Task.objects.get(pk=task.id), actor="client:alice"), "task_poll")
+    written(lambda: lifecycle.expire_now(task.id, actor="operator:root"), "task_expire")
+
+    failed = running_task(owner="alice")
+    written(lambda: lifecycle.fail(failed.id, {"code": -32603, "message": "x"}, actor="w", worker=WORKER), "run_finish")
+    cancelled = make_task(owner="alice")
+    written(lambda: lifecycle.cancel(cancelled.id, actor="client:alice"), "task_end")
+    stuck = running_task(owner="alice")
+    Task.objects.filter(pk=stuck.id).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    written(lambda: lifecycle.sweep(), "run_redispatch")
+    lifecycle.claim(stuck.id, worker=WORKER)
+    Task.objects.filter(pk=stuck.id).update(attempts=5, lease_expires_at=timezone.now() - timedelta(seconds=1))
+    written(lambda: lifecycle.sweep(), "task_end")
+    statuses = Task.objects.filter(pk__in=[task.id, failed.id, cancelled.id, stuck.id]).values_list("status", flat=True)
+    assert sorted(statuses) == ["cancelled", "completed", "failed", "failed"]

@@ -1,8 +1,9 @@
 """Creating a task, within the per-owner quota of active tasks.
 
-The Postgres path counts the task in its owner's quota (``quota``), inserts
-it and its ``created`` event in one statement (``_insert_created_sql``); the
-ORM path (``create_task``'s fallback) does the same in a transaction.
+On Postgres one statement (``task_create``) counts the task in its owner's
+quota (``quota``) and inserts it, the answers it was created with and its
+``created`` event (``_insert_created_sql``); on other databases its ORM
+twin (``_insert_created_orm``) does the same in a transaction.
 """
 
 from __future__ import annotations
@@ -62,27 +63,10 @@ def create_task(
     task, actor, detail = _new_task(
         owner, tool_name, arguments, era, client_capabilities, ttl_ms, poll_interval_ms, enqueue=enqueue
     )
-    now = task.created_at
-    one_statement = sql.single_statement() and not answered
-    if not (one_statement and _insert_created_sql(task, actor, detail)):
-        with transaction.atomic():
-            # The one statement declines only near the limit.
-            quota.take_place(owner, near_the_limit=one_statement)
-            task.save(force_insert=True)
-            if answered:
-                InputRequest.objects.bulk_create(
-                    InputRequest(
-                        task=task,
-                        key=key,
-                        method=a.method,
-                        params=a.params,
-                        response=a.response,
-                        state=InputRequestState.ANSWERED,
-                        answered_at=now,
-                    )
-                    for key, a in answered.items()
-                )
-            record_event(task.id, EventKind.CREATED, actor, now=now, to_status=TaskStatus.WORKING, detail=detail)
+    if sql.single_statement():
+        _insert_created_sql(task, actor, detail, answered or {})
+    else:
+        _insert_created_orm(task, actor, detail, answered or {})
     transaction.on_commit(lambda: signals.task_created.send(sender=Task, task=task))
     announce(task.id, "", TaskStatus.WORKING, actor, EventKind.CREATED, task=task)
     metrics.task_created(tool_name)
@@ -174,35 +158,83 @@ def column_params(task: Task) -> dict[str, Any]:
     return params
 
 
-def _created_statement(task: Task, actor: str, detail: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:
-    """The creation statement and its parameters, or ``None`` when the
-    owner's quota is too small for a creation to share its lock."""
-    limit = settings.MAX_ACTIVE_TASKS_PER_OWNER
+def _create_params(
+    task: Task, actor: str, detail: Mapping[str, Any], answered: Mapping[str, Answer] | None
+) -> dict[str, Any]:
+    """``task_create``'s parameters, but for the quota's."""
     params = column_params(task)
-    params.update(kind=EventKind.CREATED.value, actor=actor, detail=sql.db_value(TaskEvent, "detail", dict(detail)))
+    answers = {
+        key: {"method": a.method, "params": a.params, "response": a.response} for key, a in (answered or {}).items()
+    }
+    params.update(
+        kind=EventKind.CREATED.value,
+        actor=actor,
+        detail=sql.db_value(TaskEvent, "detail", dict(detail)),
+        answers=sql.db_value(InputRequest, "params", answers),
+        answered=InputRequestState.ANSWERED.value,
+    )
+    return params
+
+
+def _created_statement(
+    task: Task, actor: str, detail: Mapping[str, Any], answered: Mapping[str, Answer] | None = None
+) -> tuple[str, dict[str, Any]] | None:
+    """The creation statement and its parameters far below the owner's
+    quota (its lock shared), or ``None`` when the quota is too small for a
+    creation to share its lock."""
+    limit = settings.MAX_ACTIVE_TASKS_PER_OWNER
+    if limit is not None and limit <= quota.QUOTA_LOCK_MARGIN:
+        return None
+    params = _create_params(task, actor, detail, answered)
     if limit is None:
         params.update(lock_key=None, below=None)
-    elif limit <= quota.QUOTA_LOCK_MARGIN:
-        return None
     else:
         params.update(lock_key=quota.quota_lock_key(task.owner), below=limit - quota.QUOTA_LOCK_MARGIN)
     return "task_create", params
 
 
-def _insert_created_sql(task: Task, actor: str, detail: Mapping[str, Any]) -> bool:
-    """Count the task in its owner's quota, insert it and its ``created``
-    event, in one statement (``task_create``; its own transaction, or the
-    caller's). Returns ``False``, having done
-    nothing, when the owner is near its quota: the caller then takes the
-    exclusive path of ``quota.take_place``.
+def _insert_created_sql(task: Task, actor: str, detail: Mapping[str, Any], answered: Mapping[str, Answer]) -> None:
+    """Count the task in its owner's quota, insert it, its answers and its
+    ``created`` event (``task_create``; its own transaction, or the
+    caller's), or raise ``TooManyActiveTasks``.
 
-    Far below the quota the statement takes the owner's lock shared, as
-    ``take_place`` does, and holds it until it commits, so an exclusive
-    checker still waits for this creation before it reads the count.
+    Far below the quota the statement takes the owner's lock shared and
+    holds it until it commits, so an exclusive checker still waits for this
+    creation before it reads the count. Near it (where the statement inserts
+    nothing), the owner's lock is taken alone (``quota_lock_exclusive``),
+    which waits for every creation in flight, and the same statement counts
+    afresh under it, against the quota itself.
     """
-    named = _created_statement(task, actor, detail)
+    named = _created_statement(task, actor, detail, answered)
     if named is None or sql.execute(*named).rowcount != 1:
-        return False
+        limit = settings.MAX_ACTIVE_TASKS_PER_OWNER
+        assert limit is not None, "without a quota the statement always inserts"
+        with transaction.atomic():
+            sql.execute("quota_lock_exclusive", {"lock_key": quota.quota_lock_key(task.owner)})
+            params = {**_create_params(task, actor, detail, answered), "lock_key": None, "below": limit}
+            if sql.execute("task_create", params).rowcount != 1:
+                raise quota.TooManyActiveTasks(limit)
     task._state.adding = False
     task._state.db = connection.alias
-    return True
+
+
+def _insert_created_orm(task: Task, actor: str, detail: Mapping[str, Any], answered: Mapping[str, Answer]) -> None:
+    """The ORM twin of ``task_create`` (other databases)."""
+    with transaction.atomic():
+        quota.take_place(task.owner)
+        task.save(force_insert=True)
+        InputRequest.objects.bulk_create(
+            InputRequest(
+                task=task,
+                key=key,
+                method=a.method,
+                params=a.params,
+                response=a.response,
+                state=InputRequestState.ANSWERED,
+                answered_at=task.created_at,
+            )
+            for key, a in answered.items()
+        )
+        record_event(
+            task.id, EventKind.CREATED, actor, now=task.created_at, to_status=TaskStatus.WORKING, detail=detail
+        )

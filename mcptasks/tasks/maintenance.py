@@ -19,7 +19,7 @@ from ..models import ACTIVE_STATUSES, TERMINAL_STATUSES, InputRequest, Task, Tas
 from ..telemetry import metrics
 from . import dispatch, quota, sql
 from .events import SYSTEM, EventKind, record_event
-from .transitions import cancel_in_transaction, fail
+from .transitions import cancel, fail
 
 
 @dataclass
@@ -53,23 +53,39 @@ def sweep(*, dry_run: bool = False, limit: int = 500) -> SweepReport:
                     {"code": INTERNAL_ERROR, "message": f"Task abandoned: its worker was lost {attempts} times."},
                     actor=SYSTEM,
                     # Only while still stuck: a run that renewed its lease meanwhile is alive.
-                    only_if=Q(lease_expires_at__lt=now) | Q(lease_expires_at__isnull=True),
+                    lapsed_at=now,
                 )
             continue
         report.redispatched += 1
         if dry_run:
             continue
-        with transaction.atomic():
-            # Guarded: only if it is still the stuck run we saw.
-            moved = (
-                Task.objects.filter(pk=task_id, status=TaskStatus.WORKING)
-                .filter(Q(lease_expires_at__lt=now) | Q(lease_expires_at__isnull=True))
-                .update(lease_owner="", lease_expires_at=None, dispatched_at=now)
-            )
-            if moved:
-                record_event(task_id, EventKind.REDISPATCHED, SYSTEM, now=now, detail={"attempts": attempts})
-                transaction.on_commit(functools.partial(dispatch.enqueue_run, task_id))
+        if _redispatch(task_id, attempts, now):
+            transaction.on_commit(functools.partial(dispatch.enqueue_run, task_id))
     return report
+
+
+def _redispatch(task_id: str, attempts: int, now: datetime) -> bool:
+    """Clear a stuck run's lease to enqueue it again, only if it is still the
+    stuck run the sweep saw (``run_redispatch``)."""
+    if sql.single_statement():
+        params = {
+            "task_id": task_id,
+            "now": now,
+            "attempts": attempts,
+            "working": TaskStatus.WORKING.value,
+            "kind": EventKind.REDISPATCHED.value,
+            "actor": SYSTEM,
+        }
+        return bool(sql.execute("run_redispatch", params).rowcount)
+    with transaction.atomic():
+        moved = (
+            Task.objects.filter(pk=task_id, status=TaskStatus.WORKING)
+            .filter(Q(lease_expires_at__lt=now) | Q(lease_expires_at__isnull=True))
+            .update(lease_owner="", lease_expires_at=None, dispatched_at=now)
+        )
+        if moved:
+            record_event(task_id, EventKind.REDISPATCHED, SYSTEM, now=now, detail={"attempts": attempts})
+        return bool(moved)
 
 
 #: The dispatch grace doubles with each re-enqueue of a task that nobody
@@ -179,7 +195,16 @@ def expire_now(task_id: str, *, actor: str) -> bool:
         if status is None:
             return False
         if status in ACTIVE_STATUSES:
-            cancel_in_transaction(task_id, actor=actor, reason="The task was expired by an operator.")
-        Task.objects.filter(pk=task_id, status__in=TERMINAL_STATUSES).update(expires_at=now)
-        record_event(task_id, EventKind.EXPIRED, actor, now=now)
+            cancel(task_id, actor=actor, reason="The task was expired by an operator.")
+        if sql.single_statement():
+            params = {
+                "task_id": task_id,
+                "now": now,
+                "terminal": sql.strings(TERMINAL_STATUSES),
+                "kind": EventKind.EXPIRED.value,
+                "actor": actor,
+            }
+            sql.execute("task_expire", params)
+        elif Task.objects.filter(pk=task_id, status__in=TERMINAL_STATUSES).update(expires_at=now):
+            record_event(task_id, EventKind.EXPIRED, actor, now=now)
         return True

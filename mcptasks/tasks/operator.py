@@ -3,18 +3,16 @@ of reads of a finished task's outcome (``mcptasks.audit``)."""
 
 from __future__ import annotations
 
-import logging
-
 from django.db import transaction
 from django.utils import timezone
 
-from ..models import TERMINAL_STATUSES, Task, TaskEvent, TaskStatus
+from ..models import Task, TaskEvent, TaskStatus
 from ..tools.registry import registry
 from .creation import create_task
 from .events import EventKind, logger, record_event
+from .reads import audit_logger, log_outcome_read, mark_outcome_read
 
-#: Reads of finished tasks (the spec's "retrieval" audit), one line per read.
-audit_logger = logging.getLogger("mcptasks.audit")
+__all__ = ["RETRYABLE_STATUSES", "audit_logger", "note_result_retrieved", "retry", "retry_refusal"]
 
 
 RETRYABLE_STATUSES = (TaskStatus.FAILED, TaskStatus.CANCELLED)
@@ -94,39 +92,3 @@ def note_result_retrieved(task: Task, *, actor: str) -> bool:
     """
     log_outcome_read(task, actor=actor)
     return mark_outcome_read(task, actor=actor)
-
-
-def log_outcome_read(task: Task, *, actor: str) -> None:
-    """One line on ``mcptasks.audit`` for a read of a finished task's outcome."""
-    if task.status not in TERMINAL_STATUSES:
-        return
-    audit_logger.info(
-        "task %s %s result retrieved by %s",
-        task.id,
-        task.status,
-        actor,
-        extra={
-            "task_id": task.id,
-            "kind": "result_retrieved",
-            "status": task.status,
-            "tool": task.tool_name,
-            "owner": task.owner,
-            "actor": actor,
-        },
-    )
-
-
-def mark_outcome_read(task: Task, *, actor: str) -> bool:
-    """The ORM implementation of the first-read mark (``task_poll`` is the
-    statement): ``outcome_read_at`` and the ``result_retrieved`` event, once."""
-    if task.status not in TERMINAL_STATUSES or task.outcome_read_at is not None:
-        return False
-    now = timezone.now()
-    with transaction.atomic():
-        first = Task.objects.filter(pk=task.id, status__in=TERMINAL_STATUSES, outcome_read_at__isnull=True).update(
-            outcome_read_at=now
-        )
-        if first:
-            record_event(task.id, EventKind.RESULT_RETRIEVED, actor, now=now, detail={"status": task.status})
-    task.outcome_read_at = now
-    return bool(first)

@@ -53,10 +53,13 @@ FROM found LEFT JOIN marked ON true;
 
 
 -- name: task_create
--- A new task and its ``created`` event, counted in its owner's active tasks.
--- With a quota (``below`` not null), only while the owner's count is far
--- below it, under the owner's quota lock taken shared (held to commit);
--- otherwise it inserts nothing. With none, neither count nor lock is read.
+-- A new task, the answers it was created with (``answers``: key ->
+-- method, params, response) and its ``created`` event, counted in its
+-- owner's active tasks. With a quota (``below`` not null), only while the
+-- owner's count is below ``below``, otherwise it inserts nothing: far below
+-- the quota under the owner's quota lock taken shared (``lock_key``, held
+-- to commit); near it, ``lock_key`` null, after ``quota_lock_exclusive``
+-- (``creation``). With none, neither count nor lock is read.
 WITH total AS (
     SELECT coalesce(sum(active), 0) AS n FROM mcptasks_activetaskcount
     WHERE owner = %(owner)s AND %(below)s::int IS NOT NULL
@@ -97,6 +100,11 @@ WITH total AS (
            %(trace_context)s::jsonb
     FROM counted
     RETURNING id
+), answered AS (
+    INSERT INTO mcptasks_inputrequest (task_id, key, method, params, response, state, created_at, answered_at)
+    SELECT created.id, answer.key, answer.value ->> 'method', answer.value -> 'params', answer.value -> 'response',
+           %(answered)s, %(created_at)s, %(created_at)s
+    FROM created, jsonb_each(%(answers)s::jsonb) AS answer
 )
 INSERT INTO mcptasks_taskevent (task_id, at, kind, from_status, to_status, actor, detail)
 SELECT id, %(created_at)s, %(kind)s, '', %(status)s, %(actor)s, %(detail)s FROM created;
@@ -129,13 +137,56 @@ SELECT id, owner, tool_name, arguments, era, client_capabilities, status, status
 FROM claimed;
 
 
+-- name: lease_renew
+-- Heartbeats: the leases of runs (``workers``, each unique to its run, on
+-- ``task_ids``) renewed while each task is ``working`` under its run's
+-- lease. Returns the workers that still hold their lease.
+UPDATE mcptasks_task SET lease_expires_at = %(lease)s
+WHERE id = ANY(%(task_ids)s) AND lease_owner = ANY(%(workers)s) AND status = %(working)s
+RETURNING lease_owner;
+
+
+-- name: lease_release
+-- A run gives its lease back without finishing (its worker is shutting
+-- down): the attempt not counted, the task dispatched again.
+UPDATE mcptasks_task
+SET lease_owner = '', lease_expires_at = NULL, attempts = attempts - 1, dispatched_at = %(now)s
+WHERE id = %(task_id)s AND lease_owner = %(worker)s;
+
+
+-- name: run_redispatch
+-- The sweeper re-enqueues a run lost to a dead worker or a lost message:
+-- only while the task is still ``working`` with no live lease at ``now``,
+-- with its ``redispatched`` event.
+WITH moved AS (
+    UPDATE mcptasks_task SET lease_owner = '', lease_expires_at = NULL, dispatched_at = %(now)s
+    WHERE id = %(task_id)s AND status = %(working)s AND (lease_expires_at IS NULL OR lease_expires_at < %(now)s)
+    RETURNING id
+)
+INSERT INTO mcptasks_taskevent (task_id, at, kind, from_status, to_status, actor, detail)
+SELECT id, %(now)s, %(kind)s, '', '', %(actor)s, jsonb_build_object('attempts', %(attempts)s::int) FROM moved;
+
+
+-- name: task_expire
+-- An operator expires a finished task now (the next prune deletes it), with
+-- its ``expired`` event.
+WITH expired AS (
+    UPDATE mcptasks_task SET expires_at = %(now)s WHERE id = %(task_id)s AND status = ANY(%(terminal)s)
+    RETURNING id
+)
+INSERT INTO mcptasks_taskevent (task_id, at, kind, from_status, to_status, actor, detail)
+SELECT id, %(now)s, %(kind)s, '', '', %(actor)s, jsonb_build_object() FROM expired;
+
+
 -- name: run_finish
--- ``working`` -> ``to`` (completed or failed) while ``worker`` holds the
--- lease: the result kept, the lease cleared, the transition's event, and
--- the task out of its owner's active count.
+-- A run's end: ``working`` -> ``to`` (completed or failed) while ``worker``
+-- holds the lease: its result or its error kept (the other is null), the
+-- lease cleared, the transition's event, and the task out of its owner's
+-- active count.
 WITH finished AS (
     UPDATE mcptasks_task
-    SET status = %(to)s, updated_at = %(now)s, finished_at = %(now)s, result = %(result)s, status_message = %(message)s,
+    SET status = %(to)s, updated_at = %(now)s, finished_at = %(now)s, status_message = %(message)s,
+        result = COALESCE(%(result)s::jsonb, result), error = COALESCE(%(error)s::jsonb, error),
         lease_owner = '', lease_expires_at = NULL
     WHERE id = %(task_id)s AND status = %(working)s AND lease_owner = %(worker)s
     RETURNING id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
@@ -174,19 +225,24 @@ RETURNING id, owner, tool_name, era, status, status_message, result, error,
           created_at, updated_at, ttl_ms, poll_interval_ms, outcome_read_at;
 
 
--- name: task_cancel
--- An active task cancelled now: the guarded move (its status re-read under
--- the row lock, as ``transitions._transition`` does), its event, the
--- withdrawal of questions it was waiting on, and the task out of its
--- owner's active count.
+-- name: task_end
+-- An active task ended from outside its run: ``cancelled`` (by its client
+-- or an operator) or ``failed`` (by the system; with ``lapsed_at``, only
+-- while its lease, if any, had lapsed by then). The guarded move from the
+-- statuses ``from`` (the status rule's, re-read under the row lock), its
+-- event, the withdrawal of questions it was waiting on, and the task out of
+-- its owner's active count. Returns the row as left and its former status.
 WITH prior AS (
     SELECT id, status FROM mcptasks_task
-    WHERE id = %(task_id)s AND status = ANY(%(active)s)
+    WHERE id = %(task_id)s AND status = ANY(%(from)s)
+      AND (%(lapsed_at)s::timestamptz IS NULL OR lease_expires_at IS NULL OR lease_expires_at < %(lapsed_at)s)
     FOR UPDATE
-), cancelled AS (
+), ended AS (
     UPDATE mcptasks_task AS task
-    SET status = %(cancelled)s, updated_at = %(now)s, finished_at = %(now)s, cancel_requested_at = %(now)s,
-        cancelled_by = %(actor)s, status_message = %(reason)s, lease_owner = '', lease_expires_at = NULL
+    SET status = %(to)s, updated_at = %(now)s, finished_at = %(now)s, status_message = %(message)s,
+        error = COALESCE(%(error)s::jsonb, task.error),
+        cancel_requested_at = COALESCE(%(cancelled_at)s::timestamptz, task.cancel_requested_at),
+        cancelled_by = COALESCE(%(cancelled_by)s::varchar, task.cancelled_by), lease_owner = '', lease_expires_at = NULL
     FROM prior
     WHERE task.id = prior.id AND task.status = prior.status
     RETURNING task.id, task.owner, task.tool_name, task.arguments, task.era, task.client_capabilities, task.status,
@@ -197,19 +253,19 @@ WITH prior AS (
               prior.status AS from_status
 ), recorded AS (
     INSERT INTO mcptasks_taskevent (task_id, at, kind, from_status, to_status, actor, detail)
-    SELECT id, %(now)s, %(kind)s, from_status, status, %(actor)s, jsonb_build_object() FROM cancelled
+    SELECT id, %(now)s, %(kind)s, from_status, status, %(actor)s, jsonb_build_object() FROM ended
 ), withdrawn AS (
     UPDATE mcptasks_inputrequest SET state = %(withdrawn)s
-    WHERE task_id IN (SELECT id FROM cancelled WHERE from_status = %(input_required)s)
+    WHERE task_id IN (SELECT id FROM ended WHERE from_status = %(input_required)s)
       AND state = %(pending)s
 ), uncounted_kept AS (
     UPDATE mcptasks_activetaskcount SET active = active - 1
-    WHERE id = (SELECT id FROM mcptasks_activetaskcount WHERE owner = (SELECT owner FROM cancelled)
+    WHERE id = (SELECT id FROM mcptasks_activetaskcount WHERE owner = (SELECT owner FROM ended)
                 LIMIT 1 FOR UPDATE SKIP LOCKED)
     RETURNING owner
 ), uncounted_added AS (
     INSERT INTO mcptasks_activetaskcount (owner, slot, active)
-    SELECT owner, mod(txid_current(), 2147483647)::int, -1 FROM cancelled
+    SELECT owner, mod(txid_current(), 2147483647)::int, -1 FROM ended
     WHERE NOT EXISTS (SELECT 1 FROM uncounted_kept)
     ON CONFLICT (owner, slot) DO UPDATE SET active = mcptasks_activetaskcount.active + EXCLUDED.active
     RETURNING owner
@@ -218,7 +274,38 @@ SELECT id, owner, tool_name, arguments, era, client_capabilities, status, status
        result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
        dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at,
        started_at, finished_at, snapshot_watched, trace_context, from_status
-FROM cancelled;
+FROM ended;
+
+
+-- name: input_request
+-- A run asks questions it has no answers for: the task, while ``worker``
+-- holds its lease, moved ``working`` -> ``input_required`` with the lease
+-- released and its attempts reset, the questions (``requests``: key ->
+-- method, params) recorded as pending (a key recorded before keeps its
+-- first question), and the transition's event. Returns the row as left.
+WITH moved AS (
+    UPDATE mcptasks_task
+    SET status = %(input_required)s, updated_at = %(now)s, status_message = %(message)s, attempts = 0,
+        lease_owner = '', lease_expires_at = NULL
+    WHERE id = %(task_id)s AND status = %(working)s AND lease_owner = %(worker)s
+    RETURNING id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
+              result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
+              dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at,
+              started_at, finished_at, snapshot_watched, trace_context
+), asked AS (
+    INSERT INTO mcptasks_inputrequest (task_id, key, method, params, state, created_at)
+    SELECT moved.id, asked.key, asked.value ->> 'method', asked.value -> 'params', %(pending)s, %(now)s
+    FROM moved, jsonb_each(%(requests)s::jsonb) AS asked
+    ON CONFLICT (task_id, key) DO NOTHING
+), recorded AS (
+    INSERT INTO mcptasks_taskevent (task_id, at, kind, from_status, to_status, actor, detail)
+    SELECT id, %(now)s, %(kind)s, %(working)s, %(input_required)s, %(actor)s, %(detail)s::jsonb FROM moved
+)
+SELECT id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
+       result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
+       dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at,
+       started_at, finished_at, snapshot_watched, trace_context
+FROM moved;
 
 
 -- name: task_lock
@@ -270,30 +357,6 @@ SELECT id, owner, tool_name, arguments, era, client_capabilities, status, status
        dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at,
        started_at, finished_at, snapshot_watched, trace_context
 FROM moved;
-
-
--- name: count_adjust
--- Add ``delta`` to the owner's count of active tasks.
-WITH source AS (
-    SELECT %(owner)s::varchar AS owner
-), adjusted_kept AS (
-    UPDATE mcptasks_activetaskcount SET active = active + %(delta)s::int
-    WHERE id = (SELECT id FROM mcptasks_activetaskcount WHERE owner = (SELECT owner FROM source)
-                LIMIT 1 FOR UPDATE SKIP LOCKED)
-    RETURNING owner
-), adjusted_added AS (
-    INSERT INTO mcptasks_activetaskcount (owner, slot, active)
-    SELECT owner, mod(txid_current(), 2147483647)::int, %(delta)s::int FROM source
-    WHERE NOT EXISTS (SELECT 1 FROM adjusted_kept)
-    ON CONFLICT (owner, slot) DO UPDATE SET active = mcptasks_activetaskcount.active + EXCLUDED.active
-    RETURNING owner
-)
-SELECT 1;
-
-
--- name: quota_lock_shared
--- The owner's quota lock, shared with its other creations, to commit.
-SELECT pg_advisory_xact_lock_shared(hashtextextended(%(lock_key)s, 0));
 
 
 -- name: quota_lock_exclusive

@@ -54,36 +54,30 @@ def active_count(owner: str) -> int:
     return ActiveTaskCount.objects.filter(owner=owner).aggregate(n=Sum("active"))["n"] or 0
 
 
-def take_place(owner: str, *, near_the_limit: bool = False) -> None:
+def take_place(owner: str) -> None:
     """Count a new active task of ``owner``, or raise ``TooManyActiveTasks``
-    when ``MAX_ACTIVE_TASKS_PER_OWNER`` are active already. Inside the
-    creation's transaction. ``near_the_limit``: the caller has just seen the
-    count too close to the limit to share the lock (no need to read it twice).
+    when ``MAX_ACTIVE_TASKS_PER_OWNER`` are active already: the ORM twin of
+    ``task_create``'s count, inside the creation's transaction (other
+    databases write one transaction at a time).
 
-    On Postgres every creation holds a transaction-scoped advisory lock on its
-    owner, in one mode only (never upgraded, so never a deadlock). Far below
-    the limit it is shared, so one owner's creations do not wait for each
-    other. Near it, the lock is exclusive, which waits for every creation in
-    flight to commit, and the count is read again under it.
+    On Postgres (``creation``) every creation holds a transaction-scoped
+    advisory lock on its owner, in one mode only (never upgraded, so never a
+    deadlock). Far below the limit it is shared, so one owner's creations do
+    not wait for each other. Near it, the lock is exclusive, which waits for
+    every creation in flight to commit, and the count is read again under it.
     """
     limit = settings.MAX_ACTIVE_TASKS_PER_OWNER
     if limit is not None:
-        shared = False
-        if connection.vendor == "postgresql":
-            shared = (
-                not near_the_limit and limit > QUOTA_LOCK_MARGIN and active_count(owner) < limit - QUOTA_LOCK_MARGIN
-            )
-            sql.execute("quota_lock_shared" if shared else "quota_lock_exclusive", {"lock_key": quota_lock_key(owner)})
-        if not shared and active_count(owner) >= limit:
+        if connection.vendor == "postgresql":  # the twin on Postgres (tests): the owner's lock, alone
+            sql.execute("quota_lock_exclusive", {"lock_key": quota_lock_key(owner)})
+        if active_count(owner) >= limit:
             raise TooManyActiveTasks(limit)
     adjust(owner, 1)
 
 
 def adjust(owner: str, delta: int) -> None:
-    """Add ``delta`` to the owner's count, in the caller's transaction."""
-    if sql.single_statement():
-        sql.execute("count_adjust", {"owner": owner, "delta": delta})
-        return
+    """Add ``delta`` to the owner's count, in the caller's transaction (the
+    ORM twin of the statements' ``counted_*`` and ``uncounted_*`` parts)."""
     mine = ActiveTaskCount.objects.filter(owner=owner, slot=0)
     if mine.update(active=F("active") + delta):
         return

@@ -4,20 +4,27 @@ outcome), each on a thread and on the event loop (``alookup``, ``apoll``).
 
 On Postgres each is one named statement (``task_lookup``, ``task_poll`` in
 ``queries.sql``); on other databases the ORM implementation beside it does
-the same, and the loop forms are not available (``sql.NotOnLoop``).
+the same, and the loop forms are not available (``sql.NotOnLoop``). The first
+read of a finished task's outcome has one writer per backend:
+``mark_outcome_read`` (``task_poll`` on Postgres), and every read of one is
+logged (``log_outcome_read``).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
+from django.db import transaction
 from django.utils import timezone
 
 from ..models import TERMINAL_STATUSES, Task
 from . import sql
-from .events import EventKind
-from .operator import log_outcome_read, mark_outcome_read
+from .events import EventKind, record_event
+
+#: Reads of finished tasks (the spec's "retrieval" audit), one line per read.
+audit_logger = logging.getLogger("mcptasks.audit")
 
 #: The fields ``task_lookup`` reads: those of a DetailedTask.
 LOOKUP_FIELDS = (
@@ -96,3 +103,46 @@ async def apoll(task_id: str, owner: str, *, actor: str) -> Task | None:
     if task is not None:
         log_outcome_read(task, actor=actor)
     return task
+
+
+def log_outcome_read(task: Task, *, actor: str) -> None:
+    """One line on ``mcptasks.audit`` for a read of a finished task's outcome."""
+    if task.status not in TERMINAL_STATUSES:
+        return
+    audit_logger.info(
+        "task %s %s result retrieved by %s",
+        task.id,
+        task.status,
+        actor,
+        extra={
+            "task_id": task.id,
+            "kind": "result_retrieved",
+            "status": task.status,
+            "tool": task.tool_name,
+            "owner": task.owner,
+            "actor": actor,
+        },
+    )
+
+
+def mark_outcome_read(task: Task, *, actor: str) -> bool:
+    """Mark the first read of a finished task's outcome (``outcome_read_at``)
+    with its ``result_retrieved`` event, once: ``task_poll`` on Postgres,
+    its ORM twin elsewhere. Returns whether this read was the first."""
+    if task.status not in TERMINAL_STATUSES or task.outcome_read_at is not None:
+        return False
+    if sql.single_statement():
+        cursor = sql.execute("task_poll", _poll_params(task.id, task.owner, actor))
+        row = cursor.fetchone()
+        read = _task(sql.column_names(cursor), row)
+        task.outcome_read_at = read.outcome_read_at if read is not None else task.outcome_read_at
+        return bool(row is not None and row[-1])
+    now = timezone.now()
+    with transaction.atomic():
+        first = Task.objects.filter(pk=task.id, status__in=TERMINAL_STATUSES, outcome_read_at__isnull=True).update(
+            outcome_read_at=now
+        )
+        if first:
+            record_event(task.id, EventKind.RESULT_RETRIEVED, actor, now=now, detail={"status": task.status})
+    task.outcome_read_at = now
+    return bool(first)

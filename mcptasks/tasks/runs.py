@@ -1,6 +1,7 @@
-"""A worker's runs: the claim of a lease (one statement on Postgres, beside
-its ORM twin), heartbeats, status messages and release. The first claim
-stamps the task's ``started_at``, which ends its queue wait."""
+"""A worker's runs: the claim of a lease, heartbeats, status messages and
+release, each one statement on Postgres (``run_claim``, ``lease_renew``,
+``lease_release``) beside its ORM twin. The first claim stamps the task's
+``started_at``, which ends its queue wait."""
 
 from __future__ import annotations
 
@@ -106,19 +107,23 @@ def _claim_sql(task_id: str, *, worker: str, now: datetime, lease: datetime) -> 
 
 def heartbeat(task_id: str, *, worker: str) -> bool:
     """Renew the lease. False when the task is no longer this worker's to run."""
-    lease = timezone.now() + timedelta(seconds=settings.LEASE_SECONDS)
-    return bool(
-        Task.objects.filter(pk=task_id, status=TaskStatus.WORKING, lease_owner=worker).update(lease_expires_at=lease)
-    )
+    return worker in renew_leases({worker: task_id})
 
 
 def renew_leases(runs: dict[str, str]) -> set[str]:
-    """``heartbeat`` for many runs (worker name -> task id) in one statement.
-    Returns the workers that still hold their task's lease; a second
-    statement finds them only when some did not."""
+    """``heartbeat`` for many runs (worker name -> task id) in one statement
+    (``lease_renew``). Returns the workers that still hold their task's lease."""
     if not runs:
         return set()
     lease = timezone.now() + timedelta(seconds=settings.LEASE_SECONDS)
+    if sql.single_statement():
+        params = {
+            "task_ids": list(set(runs.values())),
+            "workers": list(runs),
+            "lease": lease,
+            "working": TaskStatus.WORKING.value,
+        }
+        return {row[0] for row in sql.execute("lease_renew", params).fetchall()}
     renewed = _held(runs).update(lease_expires_at=lease)
     return set(runs) if renewed == len(runs) else held_leases(runs)
 
@@ -171,7 +176,11 @@ def set_status_message(task_id: str, message: str, *, worker: str, progress: dic
 
 
 def release(task_id: str, *, worker: str) -> None:
-    """Give up the lease without finishing (the worker is shutting down)."""
+    """Give up the lease without finishing (the worker is shutting down): ``lease_release``."""
+    now = timezone.now()
+    if sql.single_statement():
+        sql.execute("lease_release", {"task_id": task_id, "worker": worker, "now": now})
+        return
     Task.objects.filter(pk=task_id, lease_owner=worker).update(
-        lease_expires_at=None, lease_owner="", attempts=F("attempts") - 1, dispatched_at=timezone.now()
+        lease_expires_at=None, lease_owner="", attempts=F("attempts") - 1, dispatched_at=now
     )

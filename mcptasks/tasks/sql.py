@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import re
 import sys
 import time
@@ -68,7 +69,9 @@ _ONLY_WHEN_ASKED = sys.maxsize
 
 def single_statement() -> bool:
     """Whether the raw statements apply (Postgres); other databases take
-    each operation's ORM implementation.
+    each operation's ORM implementation. Chosen once per process (again
+    only when ``DATABASES`` changes, as in tests), so one transition has
+    one writer in a process.
 
     On Postgres each hot operation is one statement (a data-modifying CTE:
     the guarded UPDATE, its event, and the row as left), so one round trip and
@@ -77,6 +80,11 @@ def single_statement() -> bool:
     version after waiting for a concurrent writer: the same compare-and-set
     as ``transitions._transition``.
     """
+    return _on_postgres()
+
+
+@functools.cache
+def _on_postgres() -> bool:
     return connection.vendor == "postgresql"
 
 
@@ -286,3 +294,5 @@ def close_pools() -> None:
 def _forget_pools(*, setting: str, **kwargs: Any) -> None:
     if setting in ("DATABASES", "MCPTASKS"):
         close_pools()
+    if setting == "DATABASES":
+        _on_postgres.cache_clear()
