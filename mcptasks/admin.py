@@ -31,8 +31,8 @@ from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
 from django.utils.http import url_has_allowed_host_and_scheme
 
-from .admin_overview import overview_urls
-from .models import ACTIVE_STATUSES, TERMINAL_STATUSES, InputRequest, Task, TaskEvent
+from .admin_overview import OverviewEntryAdmin, overview_urls
+from .models import ACTIVE_STATUSES, TERMINAL_STATUSES, InputRequest, Task, TaskEvent, TaskOverview, TaskStatus
 from .tasks import lifecycle, sql
 from .tools.registry import registry
 
@@ -128,17 +128,55 @@ def change_url(task_id: str) -> str:
 
 def short_time(value: Any) -> str:
     """``2026-11-22 14:05:09`` in the current time zone, with the full value on hover."""
-    if value is None:
-        return "-"
-    local = timezone.localtime(value)
-    return format_html('<span title="{}">{}</span>', local.isoformat(), local.strftime("%Y-%m-%d %H:%M:%S"))
+    return precise_time(value)
 
 
-def status_badge(status: str) -> str:
+def status_badge(status: str, tool_error: bool = False) -> str:
+    """The status as a badge; a run that ended with the tool's error result
+    (``Task.tool_error``) says so, whatever the era's status."""
+    if tool_error:
+        return format_html(
+            '<span class="mcptasks-badge mcptasks-{} mcptasks-tool_error">{} · tool error</span>',
+            status,
+            status.replace("_", " "),
+        )
     return format_html('<span class="mcptasks-badge mcptasks-{}">{}</span>', status, status.replace("_", " "))
 
 
+def precise_time(value: Any, *, milliseconds: bool = False) -> str:
+    """``2026-11-22 14:05:09`` (or ``14:05:09.123`` with ``milliseconds``) in
+    the current time zone, with the full value on hover."""
+    if value is None:
+        return "-"
+    local = timezone.localtime(value)
+    shown = local.strftime("%Y-%m-%d %H:%M:%S")
+    if milliseconds:
+        shown += f".{local.microsecond // 1000:03d}"
+    return format_html('<span title="{}">{}</span>', local.isoformat(), shown)
+
+
+class OutcomeFilter(admin.SimpleListFilter):
+    """Tool errors apart from successes: a finished task whose tool returned
+    an ``isError`` result is ``completed`` on the 2026-07-28 wire. Each choice
+    reads an index (``mcptasks_tool_error_created``, ``mcptasks_status_created``)."""
+
+    title = "outcome"
+    parameter_name = "outcome"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("tool_error", "tool error"), ("success", "completed, no tool error")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        if self.value() == "tool_error":
+            return queryset.filter(tool_error=True)
+        if self.value() == "success":
+            return queryset.filter(status=TaskStatus.COMPLETED, tool_error=False)
+        return queryset
+
+
 class _ReadOnlyInline(admin.TabularInline):  # type: ignore[type-arg]  # generic only in the stubs (above)
+    # mcptasks/admin.css hides the row captions (each row's text again).
+    classes = ("mcptasks-readonly-inline",)
     extra = 0
     max_num = 0
     can_delete = False
@@ -178,9 +216,13 @@ class TaskEventInline(_ReadOnlyInline):
     model = TaskEvent
     verbose_name = "event"
     verbose_name_plural = "Timeline (every transition, with who caused it)"
-    fields = ("at", "kind", "transition", "actor", "details")
+    fields = ("at_ms", "kind", "transition", "actor", "details")
     readonly_fields = fields
     ordering = ("at", "id")
+
+    @admin.display(description="at")
+    def at_ms(self, obj: TaskEvent) -> str:
+        return precise_time(obj.at, milliseconds=True)
 
     @admin.display(description="transition")
     def transition(self, obj: TaskEvent) -> str:
@@ -217,7 +259,7 @@ def _plural(n: int, word: str = "task") -> str:
 @admin.register(Task)
 class TaskAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # generic only in the stubs (above)
     list_display = ("short_id", "tool_name", "status_badge", "owner", "era_version", "created", "updated", "expires")
-    list_filter = ("status", ToolFilter, "era", ("created_at", admin.DateFieldListFilter))
+    list_filter = ("status", OutcomeFilter, ToolFilter, "era", ("created_at", admin.DateFieldListFilter))
     search_fields = ("id", "tool_name", "owner")
     search_help_text = "An exact task id, tool name or owner."
     ordering = ("-created_at",)
@@ -234,11 +276,11 @@ class TaskAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # generic only in 
             "Times",
             {
                 "fields": (
-                    "created_at",
-                    "started_at",
-                    "finished_at",
-                    "updated_at",
-                    "expires_at",
+                    "created",
+                    "started",
+                    "finished",
+                    "updated",
+                    "expires",
                     "ttl_ms",
                     "poll_interval_ms",
                 )
@@ -251,10 +293,10 @@ class TaskAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # generic only in 
             {
                 "fields": (
                     "attempts",
-                    "dispatched_at",
+                    "dispatched",
                     "lease_owner",
-                    "lease_expires_at",
-                    "cancel_requested_at",
+                    "lease_expires",
+                    "cancel_requested",
                     "cancelled_by",
                 )
             },
@@ -316,7 +358,7 @@ class TaskAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # generic only in 
 
     @admin.display(description="status", ordering="status")
     def status_badge(self, obj: Task) -> str:
-        return status_badge(obj.status)
+        return status_badge(obj.status, obj.tool_error)
 
     @admin.display(description="era")
     def era_version(self, obj: Task) -> str:
@@ -333,6 +375,28 @@ class TaskAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # generic only in 
     @admin.display(description="expires")
     def expires(self, obj: Task) -> str:
         return short_time(obj.expires_at)
+
+    # The detail page's other times, to the second as well.
+
+    @admin.display(description="started")
+    def started(self, obj: Task) -> str:
+        return precise_time(obj.started_at)
+
+    @admin.display(description="finished")
+    def finished(self, obj: Task) -> str:
+        return precise_time(obj.finished_at)
+
+    @admin.display(description="dispatched")
+    def dispatched(self, obj: Task) -> str:
+        return precise_time(obj.dispatched_at)
+
+    @admin.display(description="lease expires")
+    def lease_expires(self, obj: Task) -> str:
+        return precise_time(obj.lease_expires_at)
+
+    @admin.display(description="cancel requested")
+    def cancel_requested(self, obj: Task) -> str:
+        return precise_time(obj.cancel_requested_at)
 
     @admin.display(description="arguments")
     def arguments_json(self, obj: Task) -> str:
@@ -452,3 +516,6 @@ class TaskAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # generic only in 
         if not created and not refused:
             self.message_user(request, "No task was retried: only failed or cancelled tasks can be.", messages.WARNING)
         return self._done(request)
+
+
+admin.site.register(TaskOverview, OverviewEntryAdmin)

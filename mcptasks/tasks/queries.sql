@@ -132,11 +132,13 @@ FROM claimed;
 -- name: run_finish
 -- ``working`` -> ``to`` (completed or failed) while ``worker`` holds the
 -- lease: the result kept, the lease cleared, the transition's event, and
--- the task out of its owner's active count.
+-- the task out of its owner's active count. ``tool_error`` marks a result
+-- with ``isError`` (``tools.results.is_tool_error``).
 WITH finished AS (
     UPDATE mcptasks_task
     SET status = %(to)s, updated_at = %(now)s, finished_at = %(now)s, result = %(result)s, status_message = %(message)s,
-        lease_owner = '', lease_expires_at = NULL
+        lease_owner = '', lease_expires_at = NULL,
+        tool_error = %(tool_error)s
     WHERE id = %(task_id)s AND status = %(working)s AND lease_owner = %(worker)s
     RETURNING id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
               result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
@@ -377,7 +379,8 @@ GROUP BY GROUPING SETS ((bucket), ());
 
 
 -- name: overview_failures
--- Tasks that failed in the window, by tool.
-SELECT tool_name, COUNT(*) FROM mcptasks_task
-WHERE finished_at >= %(start)s AND finished_at < %(end)s AND status = %(failed)s
+-- Tasks that failed in the window, by tool: protocol failures (``failed``
+-- without a tool error) and tool errors (``tool_error``, whatever the era's status).
+SELECT tool_name, COUNT(*) FILTER (WHERE NOT tool_error), COUNT(*) FILTER (WHERE tool_error) FROM mcptasks_task
+WHERE finished_at >= %(start)s AND finished_at < %(end)s AND (status = %(failed)s OR tool_error)
 GROUP BY 1;

@@ -31,6 +31,7 @@ from ..models import (
 )
 from ..telemetry import metrics
 from ..tools.context import validate_input_response
+from ..tools.results import is_tool_error
 from . import quota, sql
 from .dispatch import enqueue_after_commit, loop_sender
 from .events import EventKind, announce, announce_committed, record_event, worker_actor
@@ -76,7 +77,7 @@ def _transition(
             state=InputRequestState.WITHDRAWN
         )
     announce(task_id, current, to, actor, kind)
-    metrics.task_finished(tool, to)
+    metrics.task_finished(tool, to, tool_error=bool((fields or {}).get("tool_error")))
     return True
 
 
@@ -97,7 +98,8 @@ def finish_run(task_id: str, result: dict[str, Any], *, worker: str, to: str, me
     """
     if to not in (TaskStatus.COMPLETED, TaskStatus.FAILED):
         raise ValueError(f"a run cannot finish as {to!r}")
-    fields = {"result": result, "status_message": message, **_CLEAR_LEASE}
+    fields: dict[str, Any] = {"result": result, "status_message": message, **_CLEAR_LEASE}
+    fields["tool_error"] = is_tool_error(result)
     if sql.single_statement():
         # From ``working`` only, so the compare-and-set needs no row read
         # first: one UPDATE, its event and the row for listeners, one round trip.
@@ -126,6 +128,7 @@ def _finish_run_sql(task_id: str, *, to: str, worker: str, fields: Mapping[str, 
         "worker": worker,
         "kind": EventKind.TRANSITION.value,
         "actor": actor,
+        "tool_error": fields["tool_error"],
     }
     cursor = sql.execute("run_finish", params)
     row = cursor.fetchone()
@@ -133,7 +136,7 @@ def _finish_run_sql(task_id: str, *, to: str, worker: str, fields: Mapping[str, 
         return False
     task = Task.objects.from_row(sql.column_names(cursor), row)
     announce(task_id, TaskStatus.WORKING, to, actor, EventKind.TRANSITION, task=task)
-    metrics.task_finished(task.tool_name, to)
+    metrics.task_finished(task.tool_name, to, tool_error=fields["tool_error"])
     return True
 
 

@@ -1,6 +1,10 @@
 """A live stack (Postgres, uvicorn, a Celery worker on Redis) with the admin
 served next to /mcp, and a headless Debian Chromium driven by Playwright.
 
+The admin is served exactly as ``bin/run`` serves it: by ``manage.py
+mcptasks run`` (which ``bin/run`` execs), static files included, with no
+test-only wrapper around the site.
+
 Chromium is the system package (``apt-get install chromium``), launched via
 ``executable_path``: no browser is ever downloaded. Without it the tests
 skip, saying so.
@@ -9,6 +13,7 @@ skip, saying so.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,7 +65,9 @@ def admin_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AdminSite]:
     stack = live.start_stack(log_dir, settings={"MCP_LEASE_SECONDS": "5", "MCP_HEARTBEAT_SECONDS": "1"})
     try:
         port = live.free_port()
-        web = stack.start("admin-web", live.uvicorn_argv(port, "tests.browser.asgi:application"))
+        # What bin/run execs: web, worker and beat from one command.
+        run = [sys.executable, "manage.py", "mcptasks", "run", "--port", str(port), "--concurrency", "1"]
+        web = stack.start("admin-web", run)
         base_url = f"http://127.0.0.1:{port}"
         login = f"{base_url}/admin/login/"
         log = log_dir / "admin-web.log"
