@@ -200,8 +200,16 @@ class InputRequestInline(_ReadOnlyInline):
     model = InputRequest
     verbose_name = "input request"
     verbose_name_plural = "Input requests (questions to the client, with their answers)"
-    fields = ("key", "method", "state", "request", "answer", "created_at", "answered_at")
+    fields = ("key", "method", "state", "request", "answer", "created", "answered")
     readonly_fields = fields
+
+    @admin.display(description="created at")
+    def created(self, obj: InputRequest) -> str:
+        return precise_time(obj.created_at, milliseconds=True)
+
+    @admin.display(description="answered at")
+    def answered(self, obj: InputRequest) -> str:
+        return precise_time(obj.answered_at, milliseconds=True)
 
     @admin.display(description="request")
     def request(self, obj: InputRequest) -> str:

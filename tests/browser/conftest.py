@@ -33,6 +33,8 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
+#: The width the admin must fit (issue 29: the task list at 1,400 px).
+VIEWPORT_WIDTH = 1400
 ADMIN_USER = "admin"
 ADMIN_PASSWORD = "admin-browser-test"
 
@@ -97,10 +99,30 @@ def browser(admin_site: AdminSite) -> Iterator[Any]:
 
 @pytest.fixture
 def page(browser: Any) -> Iterator[Any]:
-    context = browser.new_context(viewport={"width": 1440, "height": 900})
+    context = browser.new_context(viewport={"width": VIEWPORT_WIDTH, "height": 900})
     page = context.new_page()
     page.set_default_timeout(20_000)
     try:
         yield page
     finally:
         context.close()
+
+
+def admin_styles(page: Any) -> dict[str, Any]:
+    """What the page's stylesheets did: the computed styles of the admin's
+    header (Django's base.css) and of a status badge (mcptasks/admin.css)."""
+    return dict(
+        page.evaluate(
+            """() => {
+                const header = getComputedStyle(document.querySelector('#header'));
+                const badge = document.querySelector('.mcptasks-badge');
+                const sheets = [...document.styleSheets].map(s => s.href || '');
+                return {
+                    header_display: header.display,
+                    header_background: header.backgroundColor,
+                    badge_radius: badge ? getComputedStyle(badge).borderRadius : null,
+                    base_css: sheets.some(h => h.endsWith('/static/admin/css/base.css')),
+                };
+            }"""
+        )
+    )
