@@ -26,13 +26,13 @@ from django.db import connections
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import URLPattern, reverse
-from django.utils import timezone
 from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
 from django.utils.http import url_has_allowed_host_and_scheme
 
+from .admin_display import OutcomeFilter, precise_time
 from .admin_overview import OverviewEntryAdmin, overview_urls
-from .models import ACTIVE_STATUSES, TERMINAL_STATUSES, InputRequest, Task, TaskEvent, TaskOverview, TaskStatus
+from .models import ACTIVE_STATUSES, TERMINAL_STATUSES, InputRequest, Task, TaskEvent, TaskOverview
 from .tasks import lifecycle, sql
 from .tools.registry import registry
 
@@ -141,37 +141,6 @@ def status_badge(status: str, tool_error: bool = False) -> str:
             status.replace("_", " "),
         )
     return format_html('<span class="mcptasks-badge mcptasks-{}">{}</span>', status, status.replace("_", " "))
-
-
-def precise_time(value: Any, *, milliseconds: bool = False) -> str:
-    """``2026-11-22 14:05:09`` (or ``14:05:09.123`` with ``milliseconds``) in
-    the current time zone, with the full value on hover."""
-    if value is None:
-        return "-"
-    local = timezone.localtime(value)
-    shown = local.strftime("%Y-%m-%d %H:%M:%S")
-    if milliseconds:
-        shown += f".{local.microsecond // 1000:03d}"
-    return format_html('<span title="{}">{}</span>', local.isoformat(), shown)
-
-
-class OutcomeFilter(admin.SimpleListFilter):
-    """Tool errors apart from successes: a finished task whose tool returned
-    an ``isError`` result is ``completed`` on the 2026-07-28 wire. Each choice
-    reads an index (``mcptasks_tool_error_created``, ``mcptasks_status_created``)."""
-
-    title = "outcome"
-    parameter_name = "outcome"
-
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [("tool_error", "tool error"), ("success", "completed, no tool error")]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        if self.value() == "tool_error":
-            return queryset.filter(tool_error=True)
-        if self.value() == "success":
-            return queryset.filter(status=TaskStatus.COMPLETED, tool_error=False)
-        return queryset
 
 
 class _ReadOnlyInline(admin.TabularInline):  # type: ignore[type-arg]  # generic only in the stubs (above)

@@ -189,7 +189,7 @@ def test_the_queue_depth_gauge_reports_zero_for_an_empty_redis_queue(settings: A
 
 
 def test_times_have_seconds_even_a_second_apart() -> None:
-    from mcptasks.admin import precise_time
+    from mcptasks.admin_display import precise_time
 
     at = timezone.now().replace(microsecond=123456)
     assert precise_time(at).endswith(f"{timezone.localtime(at):%H:%M:%S}</span>")

@@ -84,7 +84,7 @@ WITH total AS (
         id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
         result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
         dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at,
-        started_at, finished_at, snapshot_watched, trace_context
+        started_at, finished_at, snapshot_watched, trace_context, tool_error
     )
     SELECT %(id)s::varchar, %(owner)s::varchar, %(tool_name)s::varchar, %(arguments)s::jsonb,
            %(era)s::varchar, %(client_capabilities)s::jsonb, %(status)s::varchar,
@@ -94,7 +94,7 @@ WITH total AS (
            %(dispatched_at)s::timestamptz, %(lease_owner)s::varchar, %(lease_expires_at)s::timestamptz,
            %(cancel_requested_at)s::timestamptz, %(cancelled_by)s::varchar, %(outcome_read_at)s::timestamptz,
            %(started_at)s::timestamptz, %(finished_at)s::timestamptz, %(snapshot_watched)s::boolean,
-           %(trace_context)s::jsonb
+           %(trace_context)s::jsonb, %(tool_error)s::boolean
     FROM counted
     RETURNING id
 )
@@ -114,7 +114,7 @@ WITH claimed AS (
     RETURNING id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
               result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
               dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at,
-              started_at, finished_at, snapshot_watched, trace_context
+              started_at, finished_at, snapshot_watched, trace_context, tool_error
 ), started AS (
     INSERT INTO mcptasks_taskevent (task_id, at, kind, from_status, to_status, actor, detail)
     SELECT id, %(now)s, %(kind)s, '', '', %(actor)s, jsonb_build_object('attempt', attempts) FROM claimed
@@ -122,7 +122,7 @@ WITH claimed AS (
 SELECT id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
        result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
        dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at,
-       started_at, finished_at, snapshot_watched, trace_context, (
+       started_at, finished_at, snapshot_watched, trace_context, tool_error, (
     SELECT jsonb_object_agg(key, response) FROM mcptasks_inputrequest
     WHERE task_id = claimed.id AND state = %(answered)s
 ) AS answers
@@ -143,7 +143,7 @@ WITH finished AS (
     RETURNING id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
               result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
               dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at,
-              started_at, finished_at, snapshot_watched, trace_context
+              started_at, finished_at, snapshot_watched, trace_context, tool_error
 ), recorded AS (
     INSERT INTO mcptasks_taskevent (task_id, at, kind, from_status, to_status, actor, detail)
     SELECT id, %(now)s, %(kind)s, %(working)s, status, %(actor)s, jsonb_build_object() FROM finished
@@ -162,7 +162,7 @@ WITH finished AS (
 SELECT id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
        result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
        dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at,
-       started_at, finished_at, snapshot_watched, trace_context
+       started_at, finished_at, snapshot_watched, trace_context, tool_error
 FROM finished;
 
 
@@ -185,7 +185,7 @@ WITH prior AS (
               task.status_message, task.result, task.error,
               task.created_at, task.updated_at, task.ttl_ms, task.expires_at, task.poll_interval_ms, task.attempts, task.dispatched_at,
               task.lease_owner, task.lease_expires_at, task.cancel_requested_at, task.cancelled_by, task.outcome_read_at,
-              task.started_at, task.finished_at, task.snapshot_watched, task.trace_context,
+              task.started_at, task.finished_at, task.snapshot_watched, task.trace_context, task.tool_error,
               prior.status AS from_status
 ), recorded AS (
     INSERT INTO mcptasks_taskevent (task_id, at, kind, from_status, to_status, actor, detail)
@@ -209,7 +209,7 @@ WITH prior AS (
 SELECT id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
        result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
        dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at,
-       started_at, finished_at, snapshot_watched, trace_context, from_status
+       started_at, finished_at, snapshot_watched, trace_context, tool_error, from_status
 FROM cancelled;
 
 
@@ -247,7 +247,7 @@ WITH answered AS (
     RETURNING id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
               result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
               dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at,
-              started_at, finished_at, snapshot_watched, trace_context
+              started_at, finished_at, snapshot_watched, trace_context, tool_error
 ), recorded AS (
     INSERT INTO mcptasks_taskevent (task_id, at, kind, from_status, to_status, actor, detail)
     SELECT %(task_id)s, %(now)s, event.kind, event.from_status, event.to_status, %(actor)s, event.detail
@@ -260,7 +260,7 @@ WITH answered AS (
 SELECT id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
        result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
        dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at,
-       started_at, finished_at, snapshot_watched, trace_context
+       started_at, finished_at, snapshot_watched, trace_context, tool_error
 FROM moved;
 
 
