@@ -13,6 +13,7 @@ admin. The files are read on a thread, never on the event loop.
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -42,7 +43,8 @@ def with_static_files(application: ASGIApp) -> tuple[ASGIApp, str]:
     files.use_finders = True
     if not files.autorefresh:  # with autorefresh (DEBUG) files are looked up per request instead
         files.add_files_from_finders()
-    source = "STATIC_ROOT and the staticfiles finders" if files.static_root else "the staticfiles finders"
+    collected = bool(files.static_root) and os.path.isdir(files.static_root)
+    source = "STATIC_ROOT and the staticfiles finders" if collected else "the staticfiles finders"
     return StaticFiles(application, files), f"static files: {files.static_prefix} from {source} (WhiteNoise)"
 
 
