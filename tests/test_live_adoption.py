@@ -8,10 +8,12 @@ its own, ``migrate``, a user with a token, and ``manage.py mcptasks run`` with
 no environment beyond what any shell has. The official ``mcp`` SDK then drives
 a task of that tool to ``completed``.
 
-Twice: on the services the README's production block names (Postgres, a
-Redis broker, the Redis channel layer), and on its development block (the
-startproject SQLite database, the in-process ``memory://`` broker and the
-in-memory channel layer).
+Three times: on the services the README's production block names (Postgres, a
+Redis broker, the Redis channel layer) with the default prefork pool and with
+``--pool threads``, and on its development block (the startproject SQLite
+database, the in-process ``memory://`` broker and the in-memory channel layer).
+Each time the admin's stylesheet is served (WhiteNoise, as the README sets it
+up) and the run's span reaches an OTLP receiver (the README's telemetry step).
 """
 
 from __future__ import annotations
