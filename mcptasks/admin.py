@@ -26,13 +26,13 @@ from django.db import connections
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import URLPattern, reverse
-from django.utils import timezone
 from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
 from django.utils.http import url_has_allowed_host_and_scheme
 
-from .admin_overview import overview_urls
-from .models import ACTIVE_STATUSES, TERMINAL_STATUSES, InputRequest, Task, TaskEvent
+from .admin_display import OutcomeFilter, precise_time
+from .admin_overview import OverviewEntryAdmin, overview_urls
+from .models import ACTIVE_STATUSES, TERMINAL_STATUSES, InputRequest, Task, TaskEvent, TaskOverview
 from .tasks import lifecycle, sql
 from .tools.registry import registry
 
@@ -128,17 +128,24 @@ def change_url(task_id: str) -> str:
 
 def short_time(value: Any) -> str:
     """``2026-11-22 14:05:09`` in the current time zone, with the full value on hover."""
-    if value is None:
-        return "-"
-    local = timezone.localtime(value)
-    return format_html('<span title="{}">{}</span>', local.isoformat(), local.strftime("%Y-%m-%d %H:%M:%S"))
+    return precise_time(value)
 
 
-def status_badge(status: str) -> str:
+def status_badge(status: str, tool_error: bool = False) -> str:
+    """The status as a badge; a run that ended with the tool's error result
+    (``Task.tool_error``) says so, whatever the era's status."""
+    if tool_error:
+        return format_html(
+            '<span class="mcptasks-badge mcptasks-{} mcptasks-tool_error">{} · tool error</span>',
+            status,
+            status.replace("_", " "),
+        )
     return format_html('<span class="mcptasks-badge mcptasks-{}">{}</span>', status, status.replace("_", " "))
 
 
 class _ReadOnlyInline(admin.TabularInline):  # type: ignore[type-arg]  # generic only in the stubs (above)
+    # mcptasks/admin.css hides the row captions (each row's text again).
+    classes = ("mcptasks-readonly-inline",)
     extra = 0
     max_num = 0
     can_delete = False
@@ -162,8 +169,16 @@ class InputRequestInline(_ReadOnlyInline):
     model = InputRequest
     verbose_name = "input request"
     verbose_name_plural = "Input requests (questions to the client, with their answers)"
-    fields = ("key", "method", "state", "request", "answer", "created_at", "answered_at")
+    fields = ("key", "method", "state", "request", "answer", "created", "answered")
     readonly_fields = fields
+
+    @admin.display(description="created at")
+    def created(self, obj: InputRequest) -> str:
+        return precise_time(obj.created_at, milliseconds=True)
+
+    @admin.display(description="answered at")
+    def answered(self, obj: InputRequest) -> str:
+        return precise_time(obj.answered_at, milliseconds=True)
 
     @admin.display(description="request")
     def request(self, obj: InputRequest) -> str:
@@ -178,9 +193,13 @@ class TaskEventInline(_ReadOnlyInline):
     model = TaskEvent
     verbose_name = "event"
     verbose_name_plural = "Timeline (every transition, with who caused it)"
-    fields = ("at", "kind", "transition", "actor", "details")
+    fields = ("at_ms", "kind", "transition", "actor", "details")
     readonly_fields = fields
     ordering = ("at", "id")
+
+    @admin.display(description="at")
+    def at_ms(self, obj: TaskEvent) -> str:
+        return precise_time(obj.at, milliseconds=True)
 
     @admin.display(description="transition")
     def transition(self, obj: TaskEvent) -> str:
@@ -217,7 +236,7 @@ def _plural(n: int, word: str = "task") -> str:
 @admin.register(Task)
 class TaskAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # generic only in the stubs (above)
     list_display = ("short_id", "tool_name", "status_badge", "owner", "era_version", "created", "updated", "expires")
-    list_filter = ("status", ToolFilter, "era", ("created_at", admin.DateFieldListFilter))
+    list_filter = ("status", OutcomeFilter, ToolFilter, "era", ("created_at", admin.DateFieldListFilter))
     search_fields = ("id", "tool_name", "owner")
     search_help_text = "An exact task id, tool name or owner."
     ordering = ("-created_at",)
@@ -234,11 +253,11 @@ class TaskAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # generic only in 
             "Times",
             {
                 "fields": (
-                    "created_at",
-                    "started_at",
-                    "finished_at",
-                    "updated_at",
-                    "expires_at",
+                    "created",
+                    "started",
+                    "finished",
+                    "updated",
+                    "expires",
                     "ttl_ms",
                     "poll_interval_ms",
                 )
@@ -251,10 +270,10 @@ class TaskAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # generic only in 
             {
                 "fields": (
                     "attempts",
-                    "dispatched_at",
+                    "dispatched",
                     "lease_owner",
-                    "lease_expires_at",
-                    "cancel_requested_at",
+                    "lease_expires",
+                    "cancel_requested",
                     "cancelled_by",
                 )
             },
@@ -316,7 +335,7 @@ class TaskAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # generic only in 
 
     @admin.display(description="status", ordering="status")
     def status_badge(self, obj: Task) -> str:
-        return status_badge(obj.status)
+        return status_badge(obj.status, obj.tool_error)
 
     @admin.display(description="era")
     def era_version(self, obj: Task) -> str:
@@ -333,6 +352,28 @@ class TaskAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # generic only in 
     @admin.display(description="expires")
     def expires(self, obj: Task) -> str:
         return short_time(obj.expires_at)
+
+    # The detail page's other times, to the second as well.
+
+    @admin.display(description="started")
+    def started(self, obj: Task) -> str:
+        return precise_time(obj.started_at)
+
+    @admin.display(description="finished")
+    def finished(self, obj: Task) -> str:
+        return precise_time(obj.finished_at)
+
+    @admin.display(description="dispatched")
+    def dispatched(self, obj: Task) -> str:
+        return precise_time(obj.dispatched_at)
+
+    @admin.display(description="lease expires")
+    def lease_expires(self, obj: Task) -> str:
+        return precise_time(obj.lease_expires_at)
+
+    @admin.display(description="cancel requested")
+    def cancel_requested(self, obj: Task) -> str:
+        return precise_time(obj.cancel_requested_at)
 
     @admin.display(description="arguments")
     def arguments_json(self, obj: Task) -> str:
@@ -452,3 +493,6 @@ class TaskAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # generic only in 
         if not created and not refused:
             self.message_user(request, "No task was retried: only failed or cancelled tasks can be.", messages.WARNING)
         return self._done(request)
+
+
+admin.site.register(TaskOverview, OverviewEntryAdmin)

@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from django.contrib import admin
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import URLPattern, path
+from django.urls import URLPattern, path, reverse
 
 from . import admin_charts
 from .admin_charts import Chart, Series
@@ -60,6 +61,9 @@ class WindowPage:
     failures: list[FailureBar]
     failures_other: int
     failures_total: int
+    tool_errors: list[FailureBar]
+    tool_errors_other: int
+    tool_errors_total: int
     computed_at: datetime | None
 
 
@@ -70,6 +74,36 @@ def overview_urls(model_admin: ModelAdmin[Any]) -> list[URLPattern]:
         return overview_view(request, model_admin)
 
     return [path("overview/", model_admin.admin_site.admin_view(view), name="mcptasks_task_overview")]
+
+
+class OverviewEntryAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # generic only in the stubs
+    """The overview's entry on the admin index (the ``TaskOverview`` proxy):
+    shown to whoever may view tasks, it leads to the page and does nothing else."""
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("mcptasks.view_task")
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return request.user.has_perm("mcptasks.view_task")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def get_urls(self) -> list[URLPattern]:
+        opts = self.model._meta
+        view = self.admin_site.admin_view(self.changelist_view)
+        return [path("", view, name=f"{opts.app_label}_{opts.model_name}_changelist")]
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        return HttpResponseRedirect(reverse("admin:mcptasks_task_overview"))
 
 
 def overview_view(request: HttpRequest, model_admin: ModelAdmin[Any]) -> HttpResponse:
@@ -118,7 +152,7 @@ def _window_page(figures: overview.WindowFigures) -> WindowPage:
         _percentile_chart("Run time: first start to finish", win, figures.run_time, figures.run_time_overall),
         _percentile_chart("Queue wait: creation to first start", win, figures.queue_wait, figures.queue_wait_overall),
     ]
-    longest = max((n for _, n in figures.failures_by_tool), default=0)
+    longest = max((n for _, n in (*figures.failures_by_tool, *figures.tool_errors_by_tool)), default=0)
     return WindowPage(
         name=win.name,
         title=WINDOW_TITLES.get(win.name, win.name),
@@ -129,6 +163,9 @@ def _window_page(figures: overview.WindowFigures) -> WindowPage:
         failures=[FailureBar(tool, n, 100.0 * n / longest) for tool, n in figures.failures_by_tool],
         failures_other=figures.failures_other,
         failures_total=figures.failures_total,
+        tool_errors=[FailureBar(tool, n, 100.0 * n / longest) for tool, n in figures.tool_errors_by_tool],
+        tool_errors_other=figures.tool_errors_other,
+        tool_errors_total=figures.tool_errors_total,
         computed_at=figures.computed_at,
     )
 

@@ -117,6 +117,10 @@ class Task(models.Model):
     #: ``tracestate``): on the row, so a run redelivered after a worker died
     #: still joins the trace. Null when there was none (or telemetry is off).
     trace_context = models.JSONField(null=True, blank=True)
+    #: The run ended with the tool's own error (a result with ``isError``):
+    #: ``completed`` on the 2026-07-28 wire, ``failed`` on 2025-11-25. Set by
+    #: the write that finishes the task, so operators can tell and filter it.
+    tool_error = models.BooleanField(default=False, db_default=False, editable=False)
 
     objects = TaskManager()
 
@@ -157,6 +161,10 @@ class Task(models.Model):
             models.Index(fields=["finished_at"], name="mcptasks_finished", condition=Q(finished_at__isnull=False)),
             # The admin's era filter: legacy tasks are the few, so index only them.
             models.Index(fields=["-created_at", "id"], name="mcptasks_legacy_created", condition=Q(era="2025-11-25")),
+            # The admin's outcome filter: tool errors are the few, so index only them.
+            models.Index(
+                fields=["-created_at", "id"], name="mcptasks_tool_error_created", condition=Q(tool_error=True)
+            ),
         ]
         permissions = [
             ("cancel_task", "Can cancel running or waiting tasks"),
@@ -170,6 +178,17 @@ class Task(models.Model):
     @property
     def is_terminal(self) -> bool:
         return self.status in TERMINAL_STATUSES
+
+
+class TaskOverview(Task):
+    """No table of its own: the admin's entry for the operators' overview, so
+    the site's admin index lists it beside the tasks (``admin_overview``)."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "overview"
+        verbose_name_plural = "overview"
+        default_permissions = ()
 
 
 class ActiveTaskCount(models.Model):

@@ -104,9 +104,10 @@ def test_a_run_completes_the_task():
 
 def test_a_tool_error_ends_completed_with_is_error():
     task = new_task("failing_job")
-    assert run_task(task.id) == "completed"
+    assert run_task(task.id) == "tool_error"  # the run's outcome (telemetry), not the wire's status
     task = get(task)
     assert task.status == TaskStatus.COMPLETED
+    assert task.tool_error is True
     assert task.result["isError"] is True
     assert task.result["content"] and task.error is None
 
@@ -117,7 +118,7 @@ def test_an_unexpected_exception_is_a_tool_error(temp_tool):
         raise RuntimeError("kaboom")
 
     task = new_task("crashing_tool")
-    assert run_task(task.id) == "completed"
+    assert run_task(task.id) == "tool_error"
     task = get(task)
     assert task.status == TaskStatus.COMPLETED
     assert task.result["isError"] is True

@@ -9,10 +9,12 @@ its own with its test (``mcptasks.testing``, run by ``manage.py test``),
 no environment beyond what any shell has. The official ``mcp`` SDK then drives
 a task of that tool to ``completed``.
 
-Twice: on the services the README's production block names (Postgres, a
-Redis broker, the Redis channel layer), and on its development block (the
-startproject SQLite database, the in-process ``memory://`` broker and the
-in-memory channel layer).
+Three times: on the services the README's production block names (Postgres, a
+Redis broker, the Redis channel layer) with the default prefork pool and with
+``--pool threads``, and on its development block (the startproject SQLite
+database, the in-process ``memory://`` broker and the in-memory channel layer).
+Each time the admin's stylesheet is served (WhiteNoise, as the README sets it
+up) and the run's span reaches an OTLP receiver (the README's telemetry step).
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ from mcp.client.streamable_http import create_mcp_http_client, streamable_http_c
 
 from mcptasks.client import CreateTaskResult, DetailedTask, TasksExtension
 from tests.support import live, postgres_only
+from tests.support.waiting import wait_until
+from tests.test_live_telemetry import otlp_receiver
 
 README = live.REPO / "README.md"
 
@@ -51,7 +55,7 @@ SITE = "mysite"
 #: Where the README says "path/to/mcptasks", the test puts its copy of this checkout.
 CHECKOUT_PLACEHOLDER = "path/to/mcptasks"
 PIP_BUILD = "pip wheel --no-deps --wheel-dir dist path/to/mcptasks"
-PIP_INSTALL = 'pip install "$(echo dist/mcptasks-*.whl)[postgres,redis,server]"'
+PIP_INSTALL = 'pip install "$(echo dist/mcptasks-*.whl)[postgres,redis,server,otel]"'
 
 # Celery's "First steps with Django".
 CELERY_PY = """\
@@ -107,6 +111,13 @@ CHANNEL_LAYERS = {
 }
 """
 
+# Static files with WhiteNoise: appended to mysite/settings.py, then collected.
+STATIC_SETTINGS = """\
+STATIC_ROOT = BASE_DIR / "staticfiles"
+MIDDLEWARE.insert(1, "whitenoise.middleware.WhiteNoiseMiddleware")
+"""
+COLLECTSTATIC = "python manage.py collectstatic --noinput"
+
 # mysite/urls.py: one more entry in urlpatterns, and include() imported.
 URLS_IMPORT = "from django.urls import include, path"
 URLS_ENTRY = 'path("mcp", include("mcptasks.urls")),'
@@ -146,6 +157,65 @@ class BuildReportTests(TransactionTestCase):
         self.assertEqual(call.text, "report 'Q3' is ready")
 """
 TOOL_TEST_RUN = "python manage.py test reports"
+# Traces and metrics for every pool and beat: mysite/telemetry.py (from docs/observability.md),
+# then the end of mysite/celery.py and of mysite/asgi.py.
+OBSERVABILITY = live.REPO / "docs" / "observability.md"
+TELEMETRY_PY = """\
+import os
+import threading
+
+_lock = threading.Lock()
+_configured = False
+
+
+def configure() -> None:
+    \"\"\"The OpenTelemetry SDK, once per process, when an OTLP endpoint is named.\"\"\"
+    global _configured
+    if not os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
+        return
+    with _lock:
+        if _configured:
+            return
+        _configured = True
+    from opentelemetry import metrics, trace
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    trace.set_tracer_provider(tracer_provider)
+    metrics.set_meter_provider(MeterProvider(metric_readers=[PeriodicExportingMetricReader(OTLPMetricExporter())]))
+"""
+CELERY_TELEMETRY = """\
+from celery.signals import beat_init, worker_init, worker_process_init
+
+from mysite import telemetry
+
+
+@worker_init.connect
+def telemetry_in_worker(sender=None, **kwargs):
+    if "prefork" not in str(getattr(sender, "pool_cls", "")):
+        telemetry.configure()
+
+
+@worker_process_init.connect
+def telemetry_in_pool_process(**kwargs):
+    telemetry.configure()
+
+
+@beat_init.connect
+def telemetry_in_beat(**kwargs):
+    telemetry.configure()
+"""
+ASGI_TELEMETRY = """\
+from mysite import telemetry
+
+telemetry.configure()
+"""
 
 # Then, in the site's folder.
 MIGRATE = "python manage.py migrate"
@@ -187,8 +257,13 @@ def test_the_readme_section_shows_these_steps():
         CREATE_USER,
         CREATE_TOKEN,
         RUN,
+        STATIC_SETTINGS,
+        COLLECTSTATIC,
+        CELERY_TELEMETRY,
+        ASGI_TELEMETRY,
     ):
         assert piece in section, f"the README's 'Adding mcptasks to a site' no longer shows:\n{piece}"
+    assert TELEMETRY_PY in OBSERVABILITY.read_text(), "docs/observability.md no longer shows mysite/telemetry.py"
 
 
 # The newcomer's machine ----------------------------------------------------------------------------
@@ -313,6 +388,13 @@ def follow_the_readme(site: Path, services: str, env: dict[str, str], python: st
     (site / TOOL_APP / "mcp_tools.py").write_text(TOOL)
     (site / TOOL_APP / "tests.py").write_text(TOOL_TEST)
 
+    # Static files, and telemetry for every pool.
+    settings.write_text(f"{settings.read_text()}\n{STATIC_SETTINGS}")
+    (package / "telemetry.py").write_text(TELEMETRY_PY)
+    celery_py = package / "celery.py"
+    celery_py.write_text(f"{celery_py.read_text()}\n{CELERY_TELEMETRY}")
+    asgi.write_text(f"{asgi.read_text()}\n{ASGI_TELEMETRY}")
+
 
 @dataclass(frozen=True)
 class RunningSite:
@@ -322,7 +404,9 @@ class RunningSite:
 
 
 @contextlib.contextmanager
-def adopted_site(newcomer: Newcomer, work: Path, services: Services) -> Iterator[RunningSite]:
+def adopted_site(
+    newcomer: Newcomer, work: Path, services: Services, *, pool: str = "prefork", otlp: str = ""
+) -> Iterator[RunningSite]:
     env = shell_env(newcomer.venv)
     work.mkdir()
     sh([str(newcomer.venv / "bin" / "django-admin"), "startproject", SITE, str(work)], cwd=work, env=env)
@@ -341,6 +425,7 @@ def adopted_site(newcomer: Newcomer, work: Path, services: Services) -> Iterator
         )
         assert tested.returncode == 0 and "Ran 1 test" in tested.stderr, f"{tested.stdout}\n{tested.stderr}"
         sh([newcomer.python, "manage.py", "migrate", "--noinput"], cwd=work, env=env)
+        sh([newcomer.python, *COLLECTSTATIC.split()[1:]], cwd=work, env=env)
         sh(
             [
                 newcomer.python,
@@ -360,11 +445,14 @@ def adopted_site(newcomer: Newcomer, work: Path, services: Services) -> Iterator
         assert token, made
         port = live.free_port()
         log = work / "run.log"
+        # The standard OTLP variables, exporting soon so that the test need not wait.
+        otel = {"OTEL_EXPORTER_OTLP_ENDPOINT": otlp, "OTEL_SERVICE_NAME": SITE, "OTEL_BSP_SCHEDULE_DELAY": "200"}
+        run = [newcomer.python, "manage.py", "mcptasks", "run", "--port", str(port), "--concurrency", "2"]
         with open(log, "wb") as out:
             proc = subprocess.Popen(
-                [newcomer.python, "manage.py", "mcptasks", "run", "--port", str(port), "--concurrency", "2"],
+                [*run, "--pool", pool],
                 cwd=work,
-                env=env,
+                env={**env, **otel} if otlp else env,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -408,16 +496,30 @@ def drive_a_task(
 
 @pytest.mark.live
 @postgres_only.BOTH_SETUPS_ALREADY
-@pytest.mark.parametrize("case", ["postgres-redis", "embedded"])
+@pytest.mark.parametrize("case", ["postgres-redis", "postgres-redis-threads", "embedded"])
 def test_a_startproject_site_follows_the_readme_and_serves_a_task(newcomer: Newcomer, tmp_path: Path, case: str):
     unique = uuid.uuid4().hex[:10]
-    services = production_services(unique) if case == "postgres-redis" else Services(DEVELOPMENT_SERVICES)
-    with adopted_site(newcomer, tmp_path / "site", services) as site:
+    services = production_services(unique) if case.startswith("postgres-redis") else Services(DEVELOPMENT_SERVICES)
+    pool = "threads" if case.endswith("threads") else "prefork"
+    with (
+        otlp_receiver() as (received, otlp),
+        adopted_site(newcomer, tmp_path / "site", services, pool=pool, otlp=otlp) as site,
+    ):
         try:
             result, created, states, names = drive_a_task(site)
         except Exception as exc:
             raise AssertionError(f"the MCP client failed; the site's log:\n{live.tail(site.log)}") from exc
+        admin_css = styled_admin(site)
+        # The run is traced from the process that ran it, whichever the pool.
+        run_spans = wait_until(
+            lambda: received.named("execute_tool build_report"),
+            timeout=60,
+            explain=lambda: f"{received.spans}\n{live.tail(site.log)}",
+        )
         startup = site.log.read_text()
+    assert run_spans[0].service == SITE
+    assert run_spans[0].attributes["mcptasks.run.outcome"] == "completed"
+    assert "--header-bg" in admin_css
     assert "build_report" in names
     assert not result.is_error, result
     assert [block.text for block in result.content if isinstance(block, types.TextContent)] == ["report 'Q3' is ready"]
@@ -426,5 +528,22 @@ def test_a_startproject_site_follows_the_readme_and_serves_a_task(newcomer: Newc
     # The run found the site's own pieces, by the rules the README gives.
     assert f"ASGI application {SITE}.asgi:application (from the asgi module beside WSGI_APPLICATION" in startup
     assert f"Celery app {SITE} (from the package of the settings module {SITE}.settings)" in startup
-    mode = "celery worker (2 processes) and beat" if case == "postgres-redis" else "embedded worker (2 threads)"
+    mode = {
+        "postgres-redis": "celery worker (2 processes) and beat",
+        "postgres-redis-threads": "celery worker (2 threads) and beat",
+        "embedded": "embedded worker (2 threads)",
+    }[case]
     assert mode in startup, startup
+    assert "static files: served by the site (WhiteNoise middleware)" in startup, startup
+
+
+def styled_admin(site: RunningSite) -> str:
+    """The stylesheet the admin's login page links, as the site serves it."""
+    base = site.url.removesuffix("/mcp")
+    page = httpx.get(f"{base}/admin/login/", timeout=10)
+    assert page.status_code == 200, page.text[:500]
+    href = re.search(r'<link rel="stylesheet" href="([^"]*/admin/css/base\.css)">', page.text)
+    assert href, page.text[:2000]
+    css = httpx.get(f"{base}{href.group(1)}", timeout=10)
+    assert css.status_code == 200 and css.headers["content-type"].startswith("text/css"), css
+    return css.text

@@ -9,6 +9,7 @@ a venv that ``bin/run`` built shows a package missing from the run's install
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import stat
@@ -17,6 +18,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from project.secret_key import DEVELOPMENT_KEY
@@ -112,11 +114,26 @@ def serve_one_task(checkout: Path, env: dict[str, str], log: Path) -> None:
         finally:
             client.close()
         assert final["status"] == "completed", f"{final}\n{live.tail(log)}"
+        assert_admin_styles_served(url.removesuffix("/mcp"), checkout)
         os.killpg(proc.pid, signal.SIGTERM)
         # uvicorn re-raises the signal it handled once it has shut down.
         assert proc.wait(timeout=30) in (0, -signal.SIGTERM), live.tail(log)
     finally:
         live.kill_group(proc)
+
+
+def assert_admin_styles_served(base: str, checkout: Path) -> None:
+    """bin/run collected the static files (compressed copies too) and the web
+    process serves the stylesheet the admin's pages link (WhiteNoise): the
+    browser test checks the styles applied, on the same command."""
+    page = httpx.get(f"{base}/admin/login/", timeout=10)
+    href = re.search(r'<link rel="stylesheet" href="([^"]*/admin/css/base\.css)">', page.text)
+    assert page.status_code == 200 and href, page.text[:2000]
+    css = httpx.get(f"{base}{href.group(1)}", headers={"Accept-Encoding": "gzip"}, timeout=10)
+    assert css.status_code == 200 and css.headers["content-type"].startswith("text/css"), css.headers
+    assert "--header-bg" in css.text
+    collected = checkout / "var" / "static" / "admin" / "css"
+    assert (collected / "base.css").exists() and (collected / "base.css.gz").exists()
 
 
 def test_bin_run_builds_its_own_venv_and_serves_on_postgres_and_redis(

@@ -6,6 +6,8 @@ client's trace."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import secrets
 import socket
 import threading
@@ -99,6 +101,14 @@ def _service(resource: Any) -> str:
 
 @pytest.fixture(scope="module")
 def receiver() -> Iterator[tuple[Receiver, str]]:
+    with otlp_receiver() as served:
+        yield served
+
+
+@contextlib.contextmanager
+def otlp_receiver() -> Iterator[tuple[Receiver, str]]:
+    """An OTLP/HTTP receiver on a free local port: what it decoded, and its URL
+    (also for tests/test_live_adoption.py)."""
     received = Receiver()
 
     class Handler(BaseHTTPRequestHandler):
@@ -179,6 +189,63 @@ def test_the_worker_s_run_is_in_the_client_s_trace(otel_stack: live.LiveStack, r
         lambda: {"mcptasks.task.started", "mcp.server.operation.duration"} <= {m for _, m in received.metrics},
         timeout=60,
         explain=lambda: f"{sorted(received.metrics)}\n{otel_stack.logs()}",
+    )
+
+
+@pytest.fixture(scope="module")
+def threads_stack(tmp_path_factory: pytest.TempPathFactory, receiver: tuple[Receiver, str]) -> Iterator[live.LiveStack]:
+    """The stack with a threads-pool worker, which never sends Celery's
+    ``worker_process_init``: the site's set-up must happen in ``worker_init``."""
+    _, endpoint = receiver
+    settings = {
+        **live.LIVE_SETTINGS,
+        "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
+        "OTEL_SERVICE_NAME": "mcptasks-threads",
+        "OTEL_BSP_SCHEDULE_DELAY": "200",
+        "OTEL_METRIC_EXPORT_INTERVAL": "1000",
+    }
+    stack = live.launch_stack(
+        live.LiveStack,
+        tmp_path_factory.mktemp("otel-threads-stack"),
+        database_url=os.environ.get("DATABASE_URL", live.DEFAULT_DATABASE_URL),
+        redis_url=os.environ.get("MCPTASKS_TEST_REDIS_URL", live.DEFAULT_REDIS_URL),
+        settings=settings,
+        name="live",
+        workers=0,
+    )
+    try:
+        node = f"threads-{stack.queue}"
+        stack.start("worker-threads", live.celery_worker_argv(stack.queue, node, concurrency=2, pool="threads"))
+        yield stack
+    finally:
+        live.teardown_stack(stack)
+
+
+def test_a_threads_pool_worker_exports_its_run_spans(
+    threads_stack: live.LiveStack, receiver: tuple[Receiver, str]
+) -> None:
+    received, _ = receiver
+    client = HttpRpc(threads_stack.url)
+    try:
+        task_id = client.create_task("slow_compute", {"seconds": 0, "label": "threads"})
+        assert client.wait_for(task_id, timeout=60)["status"] == "completed"
+    finally:
+        client.close()
+    run = wait_until(
+        lambda: next(
+            (s for s in received.named("execute_tool slow_compute") if s.attributes.get("mcptasks.task.id") == task_id),
+            None,
+        ),
+        timeout=60,
+        explain=lambda: f"{received.spans}\n{threads_stack.logs()}",
+    )
+    assert run.service == "mcptasks-threads"
+    assert run.attributes["mcptasks.run.outcome"] == "completed"
+    # The run metrics leave the worker too.
+    wait_until(
+        lambda: ("mcptasks-threads", "mcptasks.task.run.duration") in received.metrics,
+        timeout=60,
+        explain=lambda: f"{sorted(received.metrics)}\n{threads_stack.logs()}",
     )
 
 

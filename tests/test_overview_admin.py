@@ -1,5 +1,5 @@
 """The admin's overview page: staff with the view permission only, linked
-from the app's admin index and the task list, drawn as inline SVG with no
+from the site's and the app's admin index and the task list, drawn as inline SVG with no
 script, and its queries bounded (a fixed number, whatever the table holds)."""
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ def test_staff_without_the_view_permission_are_forbidden(client: Any, django_use
     assert client.get(OVERVIEW).status_code == 403
     # Nor is the page offered to them.
     assert reverse("admin:mcptasks_task_overview").encode() not in client.get("/admin/mcptasks/").content
+    assert reverse("admin:mcptasks_taskoverview_changelist").encode() not in client.get("/admin/").content
 
 
 def test_staff_with_the_view_permission_see_it(client: Any, django_user_model: Any):
@@ -119,8 +120,11 @@ def test_the_page_runs_a_fixed_number_of_queries(admin_client: Any):
 
 
 def test_the_app_index_and_the_task_list_link_to_it(admin_client: Any):
+    # The app's index lists the overview's entry (as the site's index does), which leads to the page.
+    entry = reverse("admin:mcptasks_taskoverview_changelist")
     index = admin_client.get("/admin/mcptasks/").content.decode()
-    assert f'<a href="{OVERVIEW}">Overview</a>' in index
+    assert f'<a href="{entry}">Overview</a>' in index
+    assert admin_client.get(entry)["Location"] == OVERVIEW
     changelist = admin_client.get(reverse("admin:mcptasks_task_changelist")).content.decode()
     assert f'<a href="{OVERVIEW}">Overview</a>' in changelist
 

@@ -96,14 +96,16 @@ def test_a_task_s_runs_and_polls_share_the_client_s_trace(rpc, otel, transition_
     traceparent = Task.objects.get(pk=task_id).trace_context["traceparent"]
     assert traceparent == f"00-{CLIENT_TRACE}-{format(call.context.span_id, '016x')}-01"
 
-    assert run(task_id) == "completed"
+    # failing_job ends with a tool error: completed on the wire, an error in its run's telemetry.
+    assert run(task_id) == "tool_error"
     run_span = only(otel, "execute_tool failing_job")
     assert run_span.kind == SpanKind.CONSUMER
     assert hex_trace(run_span) == CLIENT_TRACE
     assert run_span.parent.span_id == call.context.span_id
     assert run_span.attributes["mcptasks.task.id"] == task_id
     assert run_span.attributes["mcptasks.run.attempt"] == 1
-    assert run_span.attributes["mcptasks.run.outcome"] == "completed"
+    assert run_span.attributes["mcptasks.run.outcome"] == "tool_error"
+    assert run_span.attributes["error.type"] == "tool_error"
     assert [e.name for e in run_span.events] == ["mcptasks.run.outcome"]
 
     poll = rpc.tasks_get(task_id)
@@ -114,9 +116,9 @@ def test_a_task_s_runs_and_polls_share_the_client_s_trace(rpc, otel, transition_
     tool = {"gen_ai.tool.name": "failing_job"}
     assert otel.total("mcptasks.task.created", **tool) - created_before == 1
     assert otel.total("mcptasks.task.started", **tool) >= 1
-    assert otel.total("mcptasks.task.completed", **tool) >= 1
+    assert otel.total("mcptasks.task.completed", **tool, **{"mcptasks.task.outcome": "tool_error"}) >= 1
     assert otel.total("mcptasks.task.queue.wait", **tool) >= 1
-    assert otel.total("mcptasks.task.run.duration", **tool, **{"mcptasks.run.outcome": "completed"}) >= 1
+    assert otel.total("mcptasks.task.run.duration", **tool, **{"mcptasks.run.outcome": "tool_error"}) >= 1
     assert otel.total("mcp.server.operation.duration", **{"mcp.method.name": "tools/call", **tool}) >= 1
     assert otel.total("mcp.server.operation.duration", **{"mcp.method.name": "tasks/get"}) >= 1
 
@@ -370,7 +372,7 @@ def test_native_without_an_sdk_still_carries_the_client_s_context(rpc, otel, mon
     monkeypatch.setattr(tracing, "sdk_installed", lambda: False)
     task_id = rpc.call_tool("failing_job", meta_extra={"traceparent": CLIENT_TRACEPARENT}).result["taskId"]
     assert Task.objects.get(pk=task_id).trace_context["traceparent"] == CLIENT_TRACEPARENT
-    assert run(task_id) == "completed"
+    assert run(task_id) == "tool_error"
     assert otel.finished() == []
 
 

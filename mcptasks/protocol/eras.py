@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..models import Era, TaskStatus
+from ..tools.results import is_tool_error
 
 
 def status_after_result(era: str, result: Mapping[str, Any]) -> str:
@@ -19,6 +20,6 @@ def status_after_result(era: str, result: Mapping[str, Any]) -> str:
     result is still kept for ``tasks/result``. 2026-07-28: a tool error is a
     completed task whose result says ``isError``.
     """
-    if era == Era.LEGACY and result.get("isError"):
+    if era == Era.LEGACY and is_tool_error(result):
         return TaskStatus.FAILED
     return TaskStatus.COMPLETED

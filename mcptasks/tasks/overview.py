@@ -19,11 +19,14 @@ What the figures mean:
   the bucket. A task still queued counts with its wait so far, and one that
   ended before it started with its wait until then, so a backlog shows at
   once instead of after it drains;
-* failures by tool: tasks that finished ``failed`` in the window.
+* failures by tool: tasks that finished ``failed`` in the window (protocol
+  failures), and apart from them tasks whose tool returned an error result
+  (``tool_error``: ``completed`` on the 2026-07-28 wire, ``failed`` on 2025-11-25).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -122,6 +125,10 @@ class WindowFigures:
     #: Failures of the tools past ``TOP_TOOLS``.
     failures_other: int = 0
     failures_total: int = 0
+    #: (tool, tool errors), as ``failures_by_tool``; then the rest and the total.
+    tool_errors_by_tool: list[tuple[str, int]] = dataclasses.field(default_factory=list)
+    tool_errors_other: int = 0
+    tool_errors_total: int = 0
     #: When they were computed (a cached window's may be older than the page).
     computed_at: datetime | None = None
 
@@ -224,8 +231,17 @@ def _figures_sql(win: Window, now: datetime) -> WindowFigures:
     finished, run_time, run_time_overall = _scan_sql(
         "overview_finished", scan, statuses=TERMINAL_STATUSES, buckets=win.buckets
     )
-    failures = dict(sql.execute("overview_failures", {**span, "failed": TaskStatus.FAILED.value}).fetchall())
+    failures: dict[str, int] = {}
+    tool_errors: dict[str, int] = {}
+    for tool_name, failed, errored in sql.execute(
+        "overview_failures", {**span, "failed": TaskStatus.FAILED.value}
+    ).fetchall():
+        if failed:
+            failures[tool_name] = failed
+        if errored:
+            tool_errors[tool_name] = errored
     top, other, total = _top_tools(failures)
+    errors_top, errors_other, errors_total = _top_tools(tool_errors)
     return WindowFigures(
         window=win,
         created=created,
@@ -237,6 +253,9 @@ def _figures_sql(win: Window, now: datetime) -> WindowFigures:
         failures_by_tool=top,
         failures_other=other,
         failures_total=total,
+        tool_errors_by_tool=errors_top,
+        tool_errors_other=errors_other,
+        tool_errors_total=errors_total,
         computed_at=now,
     )
 
@@ -272,6 +291,7 @@ def _figures_rows(win: Window, now: datetime) -> WindowFigures:
     waits: list[list[float]] = [[] for _ in range(win.buckets)]
     runs: list[list[float]] = [[] for _ in range(win.buckets)]
     failures: dict[str, int] = {}
+    tool_errors: dict[str, int] = {}
 
     made = Task.objects.filter(created_at__gte=win.start, created_at__lt=win.end).order_by()
     for created_at, status, started_at, finished_at in made.values_list(
@@ -282,18 +302,21 @@ def _figures_rows(win: Window, now: datetime) -> WindowFigures:
         waits[bucket].append(((started_at or finished_at or now) - created_at).total_seconds())
 
     ended = Task.objects.filter(finished_at__gte=win.start, finished_at__lt=win.end).order_by()
-    for finished_at, status, started_at, tool_name in ended.values_list(
-        "finished_at", "status", "started_at", "tool_name"
+    for finished_at, status, started_at, tool_name, tool_error in ended.values_list(
+        "finished_at", "status", "started_at", "tool_name", "tool_error"
     ).iterator():
         assert finished_at is not None  # the filter asks for a finish time
         bucket = win.bucket_of(finished_at)
         finished[status][bucket] += 1
         if started_at is not None:
             runs[bucket].append((finished_at - started_at).total_seconds())
-        if status == TaskStatus.FAILED:
+        if tool_error:
+            tool_errors[tool_name] = tool_errors.get(tool_name, 0) + 1
+        elif status == TaskStatus.FAILED:
             failures[tool_name] = failures.get(tool_name, 0) + 1
 
     top, other, total = _top_tools(failures)
+    errors_top, errors_other, errors_total = _top_tools(tool_errors)
     return WindowFigures(
         window=win,
         created=created,
@@ -305,5 +328,8 @@ def _figures_rows(win: Window, now: datetime) -> WindowFigures:
         failures_by_tool=top,
         failures_other=other,
         failures_total=total,
+        tool_errors_by_tool=errors_top,
+        tool_errors_other=errors_other,
+        tool_errors_total=errors_total,
         computed_at=now,
     )

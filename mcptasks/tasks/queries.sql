@@ -87,7 +87,7 @@ WITH total AS (
         id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
         result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
         dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at,
-        started_at, finished_at, snapshot_watched, trace_context
+        started_at, finished_at, snapshot_watched, trace_context, tool_error
     )
     SELECT %(id)s::varchar, %(owner)s::varchar, %(tool_name)s::varchar, %(arguments)s::jsonb,
            %(era)s::varchar, %(client_capabilities)s::jsonb, %(status)s::varchar,
@@ -97,7 +97,7 @@ WITH total AS (
            %(dispatched_at)s::timestamptz, %(lease_owner)s::varchar, %(lease_expires_at)s::timestamptz,
            %(cancel_requested_at)s::timestamptz, %(cancelled_by)s::varchar, %(outcome_read_at)s::timestamptz,
            %(started_at)s::timestamptz, %(finished_at)s::timestamptz, %(snapshot_watched)s::boolean,
-           %(trace_context)s::jsonb
+           %(trace_context)s::jsonb, %(tool_error)s::boolean
     FROM counted
     RETURNING id
 ), answered AS (
@@ -122,7 +122,7 @@ WITH claimed AS (
     RETURNING id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
               result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
               dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at,
-              started_at, finished_at, snapshot_watched, trace_context
+              started_at, finished_at, snapshot_watched, trace_context, tool_error
 ), started AS (
     INSERT INTO mcptasks_taskevent (task_id, at, kind, from_status, to_status, actor, detail)
     SELECT id, %(now)s, %(kind)s, '', '', %(actor)s, jsonb_build_object('attempt', attempts) FROM claimed
@@ -130,7 +130,7 @@ WITH claimed AS (
 SELECT id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
        result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
        dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at,
-       started_at, finished_at, snapshot_watched, trace_context, (
+       started_at, finished_at, snapshot_watched, trace_context, tool_error, (
     SELECT jsonb_object_agg(key, response) FROM mcptasks_inputrequest
     WHERE task_id = claimed.id AND state = %(answered)s
 ) AS answers
@@ -182,17 +182,18 @@ SELECT id, %(now)s, %(kind)s, '', '', %(actor)s, jsonb_build_object() FROM expir
 -- A run's end: ``working`` -> ``to`` (completed or failed) while ``worker``
 -- holds the lease: its result or its error kept (the other is null), the
 -- lease cleared, the transition's event, and the task out of its owner's
--- active count.
+-- active count. ``tool_error`` marks a result with ``isError``
+-- (``tools.results.is_tool_error``).
 WITH finished AS (
     UPDATE mcptasks_task
     SET status = %(to)s, updated_at = %(now)s, finished_at = %(now)s, status_message = %(message)s,
         result = COALESCE(%(result)s::jsonb, result), error = COALESCE(%(error)s::jsonb, error),
-        lease_owner = '', lease_expires_at = NULL
+        lease_owner = '', lease_expires_at = NULL, tool_error = %(tool_error)s
     WHERE id = %(task_id)s AND status = %(working)s AND lease_owner = %(worker)s
     RETURNING id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
               result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
               dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at,
-              started_at, finished_at, snapshot_watched, trace_context
+              started_at, finished_at, snapshot_watched, trace_context, tool_error
 ), recorded AS (
     INSERT INTO mcptasks_taskevent (task_id, at, kind, from_status, to_status, actor, detail)
     SELECT id, %(now)s, %(kind)s, %(working)s, status, %(actor)s, jsonb_build_object() FROM finished
@@ -211,7 +212,7 @@ WITH finished AS (
 SELECT id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
        result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
        dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at,
-       started_at, finished_at, snapshot_watched, trace_context
+       started_at, finished_at, snapshot_watched, trace_context, tool_error
 FROM finished;
 
 
@@ -249,7 +250,7 @@ WITH prior AS (
               task.status_message, task.result, task.error,
               task.created_at, task.updated_at, task.ttl_ms, task.expires_at, task.poll_interval_ms, task.attempts, task.dispatched_at,
               task.lease_owner, task.lease_expires_at, task.cancel_requested_at, task.cancelled_by, task.outcome_read_at,
-              task.started_at, task.finished_at, task.snapshot_watched, task.trace_context,
+              task.started_at, task.finished_at, task.snapshot_watched, task.trace_context, task.tool_error,
               prior.status AS from_status
 ), recorded AS (
     INSERT INTO mcptasks_taskevent (task_id, at, kind, from_status, to_status, actor, detail)
@@ -273,7 +274,7 @@ WITH prior AS (
 SELECT id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
        result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
        dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at,
-       started_at, finished_at, snapshot_watched, trace_context, from_status
+       started_at, finished_at, snapshot_watched, trace_context, tool_error, from_status
 FROM ended;
 
 
@@ -291,7 +292,7 @@ WITH moved AS (
     RETURNING id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
               result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
               dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at,
-              started_at, finished_at, snapshot_watched, trace_context
+              started_at, finished_at, snapshot_watched, trace_context, tool_error
 ), asked AS (
     INSERT INTO mcptasks_inputrequest (task_id, key, method, params, state, created_at)
     SELECT moved.id, asked.key, asked.value ->> 'method', asked.value -> 'params', %(pending)s, %(now)s
@@ -304,7 +305,7 @@ WITH moved AS (
 SELECT id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
        result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
        dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at,
-       started_at, finished_at, snapshot_watched, trace_context
+       started_at, finished_at, snapshot_watched, trace_context, tool_error
 FROM moved;
 
 
@@ -342,7 +343,7 @@ WITH answered AS (
     RETURNING id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
               result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
               dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at,
-              started_at, finished_at, snapshot_watched, trace_context
+              started_at, finished_at, snapshot_watched, trace_context, tool_error
 ), recorded AS (
     INSERT INTO mcptasks_taskevent (task_id, at, kind, from_status, to_status, actor, detail)
     SELECT %(task_id)s, %(now)s, event.kind, event.from_status, event.to_status, %(actor)s, event.detail
@@ -355,7 +356,7 @@ WITH answered AS (
 SELECT id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
        result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
        dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at,
-       started_at, finished_at, snapshot_watched, trace_context
+       started_at, finished_at, snapshot_watched, trace_context, tool_error
 FROM moved;
 
 
@@ -450,7 +451,8 @@ GROUP BY GROUPING SETS ((bucket), ());
 
 
 -- name: overview_failures
--- Tasks that failed in the window, by tool.
-SELECT tool_name, COUNT(*) FROM mcptasks_task
-WHERE finished_at >= %(start)s AND finished_at < %(end)s AND status = %(failed)s
+-- Tasks that failed in the window, by tool: protocol failures (``failed``
+-- without a tool error) and tool errors (``tool_error``, whatever the era's status).
+SELECT tool_name, COUNT(*) FILTER (WHERE NOT tool_error), COUNT(*) FILTER (WHERE tool_error) FROM mcptasks_task
+WHERE finished_at >= %(start)s AND finished_at < %(end)s AND (status = %(failed)s OR tool_error)
 GROUP BY 1;

@@ -39,6 +39,7 @@ from ..models import (
 )
 from ..telemetry import metrics
 from ..tools.context import validate_input_response
+from ..tools.results import is_tool_error
 from . import quota, sql
 from .dispatch import enqueue_after_commit, loop_sender
 from .events import EventKind, announce, announce_committed, record_event, worker_actor
@@ -98,7 +99,7 @@ def _transition(
             state=InputRequestState.WITHDRAWN
         )
     announce(task_id, current, to, actor, kind)
-    metrics.task_finished(tool, to)
+    metrics.task_finished(tool, to, tool_error=bool((fields or {}).get("tool_error")))
     return True
 
 
@@ -126,8 +127,9 @@ def _end_run(task_id: str, *, worker: str, to: str, result: Any, error: dict[str
     """The run holding the lease ends the task ``to`` (``run_finish``): a
     run holds a lease only while ``working``."""
     actor = worker_actor(worker)
+    tool_error = error is None and is_tool_error(result)
     if not sql.single_statement():
-        fields: dict[str, Any] = {"status_message": message, **_CLEAR_LEASE}
+        fields: dict[str, Any] = {"status_message": message, "tool_error": tool_error, **_CLEAR_LEASE}
         fields.update({"error": error} if error is not None else {"result": result})
         with transaction.atomic():
             return _transition(task_id, to=to, actor=actor, extra_filter=Q(lease_owner=worker), fields=fields)
@@ -144,6 +146,7 @@ def _end_run(task_id: str, *, worker: str, to: str, result: Any, error: dict[str
         "worker": worker,
         "kind": EventKind.TRANSITION.value,
         "actor": actor,
+        "tool_error": tool_error,
     }
     cursor = sql.execute("run_finish", params)
     row = cursor.fetchone()
@@ -151,7 +154,7 @@ def _end_run(task_id: str, *, worker: str, to: str, result: Any, error: dict[str
         return False
     task = Task.objects.from_row(sql.column_names(cursor), row)
     announce(task_id, TaskStatus.WORKING, to, actor, EventKind.TRANSITION, task=task)
-    metrics.task_finished(task.tool_name, to)
+    metrics.task_finished(task.tool_name, to, tool_error=tool_error)
     return True
 
 

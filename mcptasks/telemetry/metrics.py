@@ -103,11 +103,21 @@ _TERMINAL: dict[str, str] = {
 }
 
 
-def task_finished(tool: str, status: str, *, committed: bool = False) -> None:
+#: A finished task's ``mcptasks.task.outcome`` by status, when it is no tool error.
+_OUTCOME: dict[str, str] = {
+    TaskStatus.COMPLETED: "success",
+    TaskStatus.FAILED: "error",
+    TaskStatus.CANCELLED: "cancelled",
+}
+
+
+def task_finished(tool: str, status: str, *, committed: bool = False, tool_error: bool = False) -> None:
     """A task reached a terminal status: inside its transaction, or
-    ``committed`` already (a statement on the event loop)."""
+    ``committed`` already (a statement on the event loop). ``tool_error``:
+    its run ended with the tool's ``isError`` result."""
     if settings.TELEMETRY == NATIVE and status in _TERMINAL:
-        _count(getattr(instruments(), _TERMINAL[status]), tool, committed=committed)
+        outcome = n.TOOL_ERROR if tool_error else _OUTCOME[status]
+        _count(getattr(instruments(), _TERMINAL[status]), tool, committed=committed, outcome=outcome)
 
 
 def tasks_expired(count: int) -> None:
@@ -129,8 +139,10 @@ def run_finished(tool: str, outcome: str, seconds: float) -> None:
     instruments().run_duration.record(seconds, {n.TOOL_NAME: bounds.tool(tool), n.RUN_OUTCOME: outcome})
 
 
-def _count(counter: Counter, tool: str, *, committed: bool) -> None:
+def _count(counter: Counter, tool: str, *, committed: bool, outcome: str | None = None) -> None:
     attributes = {n.TOOL_NAME: bounds.tool(tool)}
+    if outcome is not None:
+        attributes[n.TASK_OUTCOME] = outcome
     if committed:  # on the loop, where on_commit would touch the connection synchronously
         counter.add(1, attributes)
     else:

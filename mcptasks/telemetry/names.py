@@ -23,6 +23,10 @@ TASK_ID = "mcptasks.task.id"
 TASK_STATUS = "mcptasks.task.status"
 RUN_ATTEMPT = "mcptasks.run.attempt"
 RUN_OUTCOME = "mcptasks.run.outcome"
+#: A finished task's outcome on the task counters: ``success``,
+#: ``tool_error`` (``TOOL_ERROR``: the tool's ``isError`` result, whatever the
+#: era's status), ``error`` (a protocol failure) or ``cancelled``.
+TASK_OUTCOME = "mcptasks.task.outcome"
 INPUT_KEYS = "mcptasks.input.keys"
 EVENT_INPUT_ASKED = "mcptasks.input.asked"
 EVENT_INPUT_ANSWERED = "mcptasks.input.answered"

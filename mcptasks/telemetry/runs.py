@@ -137,5 +137,10 @@ def _finish(state: RunState, outcome: str) -> None:
     span.add_event(n.EVENT_RUN_OUTCOME, {n.RUN_OUTCOME: outcome})
     if outcome in ("failed", "crashed"):
         span.set_status(Status(StatusCode.ERROR, f"the run {outcome}"))
+    elif outcome == n.TOOL_ERROR:
+        # A tool's isError result: ``completed`` on the 2026-07-28 wire, an
+        # error all the same (MCP's semantic conventions).
+        span.set_attribute(n.ERROR_TYPE, n.TOOL_ERROR)
+        span.set_status(Status(StatusCode.ERROR, "the tool returned an error result"))
     span.end()
     metrics.run_finished(state.tool, outcome, time.monotonic() - state.started)

@@ -32,6 +32,11 @@ class ToolResult:
         return data
 
 
+def is_tool_error(result: Any) -> bool:
+    """Whether a ``CallToolResult`` is the tool's own error (``isError``)."""
+    return isinstance(result, dict) and result.get("isError") is True
+
+
 def text(value: str) -> dict[str, Any]:
     return {"type": "text", "text": value}
 

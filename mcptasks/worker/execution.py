@@ -23,7 +23,7 @@ from ..tools.calls import tool_context
 from ..tools.context import ToolContext
 from ..tools.invoke import invoke
 from ..tools.registry import Tool, registry
-from ..tools.results import error_result
+from ..tools.results import error_result, is_tool_error
 from . import leases, progress
 
 logger = logging.getLogger("mcptasks.execution")
@@ -86,7 +86,8 @@ def run_task(task_id: str) -> str:
     finally:
         leases.monitor.forget(worker)
     lifecycle.finish_run(task_id, result, worker=worker, to=eras.status_after_result(task.era, result))
-    return "completed"
+    # The run's outcome for its span and metrics: a tool error is no success.
+    return "tool_error" if is_tool_error(result) else "completed"
 
 
 def _invoke_reporting(

@@ -4,6 +4,10 @@ A passive ``queue_declare`` answers with the queue's message count on AMQP
 (RabbitMQ) and on kombu's Redis and in-memory transports: one round trip to
 the broker per reading, made by the metric reader's thread, never by a
 request. A broker that cannot tell (or is down) leaves the reading out.
+
+kombu's Redis transport keeps no key for an empty queue, so its passive
+declare of an empty queue answers "not found": on kombu's virtual transports
+(Redis, in-memory) that is a depth of 0, reported as such, not left out.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from celery import current_app
+from kombu.transport import virtual
 from opentelemetry.metrics import CallbackOptions, Observation
 
 from ..conf import settings
@@ -37,10 +42,12 @@ def depths(options: CallbackOptions | None = None) -> Iterable[Observation]:
             channel: Any = conn.default_channel
             for queue in run_queues():
                 try:
-                    declared = channel.queue_declare(queue=queue, passive=True)
+                    count = int(channel.queue_declare(queue=queue, passive=True).message_count)
                 except Exception:  # no such queue yet, or a broker that cannot say
-                    continue
-                observations.append(Observation(int(declared.message_count), {n.QUEUE_NAME: queue}))
+                    if not isinstance(channel, virtual.Channel):
+                        continue
+                    count = 0  # a virtual transport's empty queue has no key (above)
+                observations.append(Observation(count, {n.QUEUE_NAME: queue}))
     except Exception as exc:
         kind = type(exc).__name__
         if kind not in _warned:  # once per kind of failure, not every reading

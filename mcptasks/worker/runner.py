@@ -18,6 +18,7 @@ from typing import Any, cast
 
 from ..conf import settings as mcp_settings
 from .discovery import Found
+from .static_files import with_static_files
 
 logger = logging.getLogger("mcptasks.runner")
 
@@ -152,8 +153,10 @@ def run(
     print(f"mcptasks: serving http://{host}:{port}/mcp with {mode}", flush=True)
     print(f"mcptasks: ASGI application {asgi.name} (from {asgi.source})", flush=True)
     print(f"mcptasks: Celery app {celery.name} (from {celery.source})", flush=True)
+    application, static_files = with_static_files(asgi.obj)
+    print(f"mcptasks: {static_files}", flush=True)
 
-    config = server_config(asgi.obj, host=host, port=port, forwarded_allow_ips=forwarded_allow_ips)
+    config = server_config(application, host=host, port=port, forwarded_allow_ips=forwarded_allow_ips)
     if config.proxy_headers:
         print(f"mcptasks: trusting X-Forwarded-For/Proto from {config.forwarded_allow_ips}", flush=True)
     server = server_class(config)

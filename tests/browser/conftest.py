@@ -1,6 +1,10 @@
 """A live stack (Postgres, uvicorn, a Celery worker on Redis) with the admin
 served next to /mcp, and a headless Debian Chromium driven by Playwright.
 
+The admin is served exactly as ``bin/run`` serves it: by ``manage.py
+mcptasks run`` (which ``bin/run`` execs), static files included, with no
+test-only wrapper around the site.
+
 Chromium is the system package (``apt-get install chromium``), launched via
 ``executable_path``: no browser is ever downloaded. Without it the tests
 skip, saying so.
@@ -9,6 +13,7 @@ skip, saying so.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +33,8 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
+#: The width the admin must fit (issue 29: the task list at 1,400 px).
+VIEWPORT_WIDTH = 1400
 ADMIN_USER = "admin"
 ADMIN_PASSWORD = "admin-browser-test"
 
@@ -60,7 +67,9 @@ def admin_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AdminSite]:
     stack = live.start_stack(log_dir, settings={"MCP_LEASE_SECONDS": "5", "MCP_HEARTBEAT_SECONDS": "1"})
     try:
         port = live.free_port()
-        web = stack.start("admin-web", live.uvicorn_argv(port, "tests.browser.asgi:application"))
+        # What bin/run execs: web, worker and beat from one command.
+        run = [sys.executable, "manage.py", "mcptasks", "run", "--port", str(port), "--concurrency", "1"]
+        web = stack.start("admin-web", run)
         base_url = f"http://127.0.0.1:{port}"
         login = f"{base_url}/admin/login/"
         log = log_dir / "admin-web.log"
@@ -90,10 +99,30 @@ def browser(admin_site: AdminSite) -> Iterator[Any]:
 
 @pytest.fixture
 def page(browser: Any) -> Iterator[Any]:
-    context = browser.new_context(viewport={"width": 1440, "height": 900})
+    context = browser.new_context(viewport={"width": VIEWPORT_WIDTH, "height": 900})
     page = context.new_page()
     page.set_default_timeout(20_000)
     try:
         yield page
     finally:
         context.close()
+
+
+def admin_styles(page: Any) -> dict[str, Any]:
+    """What the page's stylesheets did: the computed styles of the admin's
+    header (Django's base.css) and of a status badge (mcptasks/admin.css)."""
+    return dict(
+        page.evaluate(
+            """() => {
+                const header = getComputedStyle(document.querySelector('#header'));
+                const badge = document.querySelector('.mcptasks-badge');
+                const sheets = [...document.styleSheets].map(s => s.href || '');
+                return {
+                    header_display: header.display,
+                    header_background: header.backgroundColor,
+                    badge_radius: badge ? getComputedStyle(badge).borderRadius : null,
+                    base_css: sheets.some(h => h.endsWith('/static/admin/css/base.css')),
+                };
+            }"""
+        )
+    )

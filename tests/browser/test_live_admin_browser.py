@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser.conftest import ADMIN_PASSWORD, ADMIN_USER, AdminSite, artifacts_dir
+from tests.browser.conftest import ADMIN_PASSWORD, ADMIN_USER, VIEWPORT_WIDTH, AdminSite, admin_styles, artifacts_dir
 from tests.support import postgres_only
 from tests.support.rpc import HttpRpc
 from tests.support.waiting import wait_until
@@ -59,7 +59,41 @@ def test_operator_cancels_a_running_task_in_the_admin(admin_site: AdminSite, pag
         assert target_row.locator(".mcptasks-badge").inner_text() == "working"
         assert target_row.locator("td.field-tool_name").inner_text() == "slow_compute"
         badges = set(page.locator("#result_list .mcptasks-badge").all_inner_texts())
-        assert {"working", "input required", "completed", "failed"} <= badges
+        assert {"working", "input required", "completed", "failed", "completed · tool error"} <= badges
+        assert page.locator(f'#result_list tbody tr:has(code[title="{tool_error}"]) .mcptasks-badge').inner_text() == (
+            "completed · tool error"
+        )
+        # Styled as bin/run serves it (static files by `mcptasks run`): the
+        # stylesheets applied, read from the computed styles.
+        styles = admin_styles(page)
+        assert styles == {
+            "header_display": "flex",
+            "header_background": "rgb(65, 118, 144)",  # Django's --header-bg
+            "badge_radius": "10px",  # mcptasks/admin.css
+            "base_css": True,
+        }, styles
+        # At 1,400 px every column fits (Expires included: the results scroll
+        # sideways in their own box, so nothing may overflow it) and no cell wraps.
+        fits = page.evaluate(
+            """() => {
+                const results = document.querySelector('#changelist .results');
+                const box = results.getBoundingClientRect();
+                const cell = name => [...document.querySelectorAll(`#result_list td.field-${name}`)]
+                    .map(td => td.getBoundingClientRect().height);
+                return {
+                    page: document.documentElement.scrollWidth,
+                    overflow: results.scrollWidth - results.clientWidth,
+                    box_right: box.right,
+                    expires_right: document.querySelector('#result_list th.column-expires')
+                        .getBoundingClientRect().right,
+                    era: cell('era_version'),
+                    tool: cell('tool_name'),
+                };
+            }"""
+        )
+        assert fits["page"] <= VIEWPORT_WIDTH and fits["overflow"] <= 0, fits
+        assert fits["expires_right"] <= fits["box_right"], fits
+        assert fits["era"] == fits["tool"], fits  # one line each, as tall as the row's other cells
         shots = artifacts_dir()
         page.screenshot(path=str(shots / "admin-change-list.png"), full_page=True)
 
@@ -85,6 +119,11 @@ def test_operator_cancels_a_running_task_in_the_admin(admin_site: AdminSite, pag
         # A finished task offers "expire now" (slow_compute is not safe to retry).
         assert page.locator("button[name=mcptasks_expire_tasks]").is_visible()
         assert page.locator("button[name=mcptasks_retry_tasks]").count() == 0
+        # Times to the second; the timeline to the millisecond, with no caption above each row.
+        assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", page.locator(".field-started .readonly").inner_text())
+        stamps = page.locator("td.field-at_ms").all_inner_texts()
+        assert stamps and all(re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}", s) for s in stamps), stamps
+        assert not any(p.is_visible() for p in page.locator(".mcptasks-readonly-inline td.original p").all())
         kinds = page.locator("td.field-kind").all_inner_texts()
         actors = page.locator("td.field-actor").all_inner_texts()
         assert kinds[:3] == ["created", "run_started", "transition"]
