@@ -17,6 +17,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from mcptasks.models import Task
 from mcptasks.tasks import lifecycle
+from mcptasks.tasks.dispatch import Route
 from mcptasks.telemetry import metrics, runs, scrape, tracing
 from mcptasks.tools.registry import registry, tool
 from mcptasks.worker import dispatch, execution, queue_depth, runner
@@ -266,7 +267,7 @@ def test_the_queue_depth_gauge_reads_the_broker(otel):
     queue = queue_depth.run_queues()[0]
     task = make_task(tool="slow_compute")
     before = {o.attributes["messaging.destination.name"]: o.value for o in queue_depth.depths()}
-    dispatch.enqueue_run(task.id)
+    dispatch.enqueue_run(task.id, Route(queue))
     after = {o.attributes["messaging.destination.name"]: o.value for o in queue_depth.depths()}
     assert after[queue] == before.get(queue, 0) + 1
 

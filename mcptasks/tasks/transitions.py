@@ -32,7 +32,7 @@ from ..models import (
 from ..telemetry import metrics
 from ..tools.context import validate_input_response
 from . import quota, sql
-from .dispatch import enqueue_after_commit, loop_sender
+from .dispatch import enqueue_after_commit, loop_sender, route
 from .events import EventKind, announce, announce_committed, record_event, worker_actor
 
 
@@ -346,7 +346,7 @@ async def asubmit_input(task_id: str, responses: Mapping[str, Any], *, actor: st
         announce_committed(task, status, actor, EventKind.TRANSITION)
         send = loop_sender()
         assert send is not None, "the caller checks that a loop sender is installed"
-        await send(task_id)
+        await send(task_id, route(task.tool_name))
     else:
         remaining = {key: asked for key, asked in pending.items() if key not in accepted}
         announce_committed(task, status, actor, EventKind.INPUT, pending=remaining)
