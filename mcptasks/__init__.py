@@ -7,13 +7,14 @@ no models and reads no settings, so a settings module may import from the
 package.
 """
 
-from .errors import ProtocolError, ToolError
+from .errors import ProtocolError, SoftTimeLimitExceeded, ToolError
 from .tools.context import ToolContext, elicitation, roots, sampling
 from .tools.registry import prompt, resource, resource_template, tool
 from .tools.results import ToolResult, audio, image, text
 
 __all__ = [
     "ProtocolError",
+    "SoftTimeLimitExceeded",
     "ToolContext",
     "ToolError",
     "ToolResult",

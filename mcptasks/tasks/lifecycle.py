@@ -17,7 +17,18 @@ from .events import SYSTEM, EventKind, client_actor, operator_actor, worker_acto
 from .maintenance import REDISPATCH_BACKOFF_MAX_FACTOR, SweepReport, expire_now, prune_expired, sweep
 from .operator import RETRYABLE_STATUSES, audit_logger, note_result_retrieved, retry, retry_refusal
 from .quota import QUOTA_LOCK_MARGIN, TooManyActiveTasks, reconcile
-from .runs import Run, claim, heartbeat, held_leases, release, renew_leases, set_status_message, start_run
+from .runs import (
+    Run,
+    claim,
+    heartbeat,
+    held_leases,
+    release,
+    renew_leases,
+    schedule_retry,
+    set_status_message,
+    start_run,
+    tool_retries,
+)
 from .transitions import acancel, asubmit_input, cancel, complete, fail, finish_run, request_input, submit_input
 
 __all__ = [
@@ -54,9 +65,11 @@ __all__ = [
     "request_input",
     "retry",
     "retry_refusal",
+    "schedule_retry",
     "set_status_message",
     "start_run",
     "submit_input",
     "sweep",
+    "tool_retries",
     "worker_actor",
 ]

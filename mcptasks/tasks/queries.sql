@@ -164,6 +164,27 @@ SELECT id, owner, tool_name, arguments, era, client_capabilities, status, status
 FROM finished;
 
 
+-- name: run_retry
+-- A run whose tool raised a declared exception gives its lease back for a
+-- later attempt: still ``working``, no lease, due at ``due`` (the sweeper
+-- waits for that before it takes the task for unclaimed), the status message
+-- saying when, the ``tool_retry`` event. Not a lost run: ``attempts`` (runs
+-- lost to dead workers) takes back the claim's count.
+WITH retried AS (
+    UPDATE mcptasks_task
+    SET lease_owner = '', lease_expires_at = NULL, attempts = attempts - 1, dispatched_at = %(due)s,
+        status_message = %(message)s, updated_at = %(now)s
+    WHERE id = %(task_id)s AND status = %(working)s AND lease_owner = %(worker)s
+    RETURNING id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
+              result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
+              dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at,
+              started_at, finished_at, snapshot_watched, trace_context
+), recorded AS (
+    INSERT INTO mcptasks_taskevent (task_id, at, kind, from_status, to_status, actor, detail)
+    SELECT id, %(now)s, %(kind)s, '', '', %(actor)s, %(detail)s FROM retried
+)
+SELECT * FROM retried;
+
 -- name: task_cancel
 -- An active task cancelled now: the guarded move (its status re-read under
 -- the row lock, as ``transitions._transition`` does), its event, the

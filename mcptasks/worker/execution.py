@@ -12,13 +12,25 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
+from collections.abc import Callable
 
-from ..errors import INTERNAL_ERROR, HandOff, InputNeeded, InvalidParams, ProtocolError, TaskCancelled
+from ..errors import (
+    INTERNAL_ERROR,
+    HandOff,
+    InputNeeded,
+    InvalidParams,
+    ProtocolError,
+    SoftTimeLimitExceeded,
+    TaskCancelled,
+)
 from ..protocol import eras
-from ..tasks import lifecycle
+from ..tasks import dispatch, lifecycle
 from ..telemetry import runs as run_telemetry
 from ..tools.calls import tool_context
+from ..tools.controls import ToolControls
+from ..tools.effective import controls_for
 from ..tools.invoke import invoke
 from ..tools.registry import registry
 from ..tools.results import error_result
@@ -48,6 +60,8 @@ def run_task(task_id: str) -> str:
     if tool is None:
         lifecycle.fail(task_id, InvalidParams(f"Unknown tool: {task.tool_name}").to_dict(), actor=actor)
         return "failed"
+    controls = controls_for(tool.name)
+    attempt = lifecycle.tool_retries(task_id) + 1 if controls.retries else 1
     cancel_event = threading.Event()
     ctx = tool_context(
         owner=task.owner,
@@ -56,22 +70,35 @@ def run_task(task_id: str) -> str:
         task_id=task_id,
         cancel_event=cancel_event,
         on_status=lambda message: lifecycle.set_status_message(task_id, message, worker=worker),
+        soft_time_limit=controls.soft_time_limit,
+        attempt=attempt,
     )
-    leases.monitor.watch(task_id, worker, cancel_event)
+    deadline = None
+    if controls.time_limit:
+        hard_stop = _hard_stop(task_id, tool.name, controls.time_limit, task.era, worker, cancel_event)
+        deadline = (time.monotonic() + controls.time_limit, hard_stop)
+    leases.monitor.watch(task_id, worker, cancel_event, deadline)
     try:
         kwargs = tool.validate_arguments(task.arguments)
-        result = invoke(tool, ctx, kwargs)
+        result = invoke(tool, ctx, kwargs, retry_on=controls.retry_on if controls.retries else ())
     except InputNeeded as need:
         run_telemetry.input_asked(need.requests)
         lifecycle.request_input(task_id, need.requests, worker=worker)
         return "input_required"
     except TaskCancelled:
         return "cancelled"
+    except SoftTimeLimitExceeded as exc:
+        result = error_result(f"Tool '{tool.name}' stopped at its soft time limit of {exc.limit:g} s.")
     except HandOff:  # cannot happen inside a task; treat as a bug in the tool
         result = error_result(f"Tool '{tool.name}' handed off twice.")
     except ProtocolError as exc:
         lifecycle.fail(task_id, exc.to_dict(), actor=actor, worker=worker)
         return "failed"
+    except Exception as exc:  # only what invoke let through: an exception the tool retries on
+        retried = _retry(task_id, tool.name, controls, exc, worker, attempt)
+        if retried is not None:
+            return retried
+        result = error_result(f"Tool '{tool.name}' failed: {type(exc).__name__}: {exc}")
     except BaseException as exc:
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             lifecycle.release(task_id, worker=worker)
@@ -83,3 +110,45 @@ def run_task(task_id: str) -> str:
         leases.monitor.forget(worker)
     lifecycle.finish_run(task_id, result, worker=worker, to=eras.status_after_result(task.era, result))
     return "completed"
+
+
+def _retry(
+    task_id: str, tool_name: str, controls: ToolControls, exc: Exception, worker: str, attempt: int
+) -> str | None:
+    """Schedule the attempt after ``attempt`` once the tool raised an
+    exception it retries on: ``"retrying"`` (or ``"cancelled"``: the run lost
+    its task meanwhile), or ``None`` when the retries are spent (the task
+    then ends on the error)."""
+    used = attempt - 1
+    if used >= controls.retries:
+        logger.warning("task %s: tool %s raised again after %d retries", task_id, tool_name, used)
+        return None
+    delay = controls.backoff(used + 1)
+    next_attempt = attempt + 1
+    logger.info(
+        "task %s: tool %s raised %s; attempt %d in %.1f s", task_id, tool_name, type(exc).__name__, next_attempt, delay
+    )
+    if not lifecycle.schedule_retry(
+        task_id, worker=worker, attempt=next_attempt, delay=delay, error=f"{type(exc).__name__}: {exc}"
+    ):
+        return "cancelled"
+    dispatch.enqueue_after_commit(task_id, tool_name, countdown=delay)
+    return "retrying"
+
+
+def _hard_stop(
+    task_id: str, tool_name: str, limit: float, era: str, worker: str, cancel_event: threading.Event
+) -> Callable[[], None]:
+    """What the lease monitor does at a run's hard time limit: end the task
+    as the tool's error (the finishing path of a tool that raised), then
+    stop the tool at its next check. A prefork pool kills the process
+    shortly after (``HARD_KILL_MARGIN_SECONDS``); a thread pool cannot, and
+    the tool's own ending, if it comes, is refused with the lease."""
+
+    def stop() -> None:
+        result = error_result(f"Tool '{tool_name}' was stopped at its time limit of {limit:g} s.")
+        if lifecycle.finish_run(task_id, result, worker=worker, to=eras.status_after_result(era, result)):
+            logger.warning("run of task %s stopped at its time limit of %g s", task_id, limit)
+        cancel_event.set()
+
+    return stop
