@@ -368,6 +368,11 @@ def flaky_call(ctx: ToolContext, succeed_on: int = 3, error: str = "ConnectionEr
     return f"answered on attempt {ctx.attempt}"
 
 
+@tool(task="required", description="Calls an API that is always down (its retries come from MCP_TOOL_CONTROLS).")
+def unreachable_api(ctx: ToolContext) -> str:
+    raise ConnectionError(f"no route to the API (attempt {ctx.attempt})")
+
+
 @tool(task="optional", description="Busy work that checks for cancellation between steps.")
 def count_to(ctx: ToolContext, n: int = 10, step_seconds: float = 0.1) -> ToolResult:
     done = 0
