@@ -266,3 +266,65 @@ def test_the_backoff_doubles_up_to_its_cap_with_jitter():
         delays = [controls.backoff(retry, jitter=rng) for _ in range(50)]
         assert all(ceiling / 2 <= d <= ceiling for d in delays)
         assert len(set(delays)) > 1
+
+
+# Concurrency ---------------------------------------------------------------------------------
+
+
+def test_slots_are_taken_up_to_the_limit_freed_and_lapse_with_a_lost_lease():
+    from datetime import timedelta
+
+    from mcptasks.models import ToolSlot
+    from mcptasks.tasks import slots
+
+    assert slots.take("limited", 2, task_id="t1", worker="w1") == 0
+    assert slots.take("limited", 2, task_id="t2", worker="w2") == 1
+    assert slots.take("limited", 2, task_id="t3", worker="w3") is None
+    assert slots.held("limited") == 2
+    slots.free("w1")
+    assert slots.take("limited", 2, task_id="t3", worker="w3") == 0
+    # A holder that died: its slot lapses with the lease it no longer renews.
+    ToolSlot.objects.filter(worker="w2").update(expires_at=timezone.now() - timedelta(seconds=1))
+    assert slots.take("limited", 2, task_id="t4", worker="w4") == 1
+    renewed_before = ToolSlot.objects.get(worker="w4").expires_at
+    slots.renew(["w4"])
+    assert ToolSlot.objects.get(worker="w4").expires_at >= renewed_before
+    # Another tool's slots are its own.
+    assert slots.take("other", 1, task_id="t5", worker="w5") == 0
+
+
+def test_a_run_over_the_limit_waits_without_claiming_and_runs_once_a_slot_frees(temp_tool):
+    from mcptasks.tasks import slots
+
+    @temp_tool(task="required", concurrency=1)
+    def one_at_a_time() -> str:
+        return "done"
+
+    assert slots.take("one_at_a_time", 1, task_id="elsewhere", worker="other-run") == 0
+    task = new_task("one_at_a_time")
+    assert run_task(task.id) == "waiting"
+    waiting = get(task)
+    assert waiting.status == TaskStatus.WORKING and waiting.attempts == 0 and waiting.lease_owner == ""
+    assert waiting.status_message == "Waiting for a free slot: at most 1 runs of one_at_a_time at once."
+    assert waiting.dispatched_at > timezone.now()
+    assert not TaskEvent.objects.filter(task=task, kind="run_started").exists()
+    with mcp_settings(DISPATCH_GRACE_SECONDS=0.01):
+        assert lifecycle.sweep().redispatched == 0  # a wait is not a lost run
+    slots.free("other-run")
+    assert run_task(task.id) == "completed"
+    assert get(task).status == TaskStatus.COMPLETED
+    assert slots.held("one_at_a_time") == 0  # given back at the end
+
+
+def test_a_waiting_run_of_a_cancelled_task_stops_waiting(temp_tool):
+    from mcptasks.tasks import slots
+
+    @temp_tool(task="required", concurrency=1)
+    def single() -> str:
+        return "done"
+
+    slots.take("single", 1, task_id="elsewhere", worker="other-run")
+    task = new_task("single")
+    assert run_task(task.id) == "waiting"
+    assert lifecycle.cancel(task.id, actor="client:alice")
+    assert run_task(task.id) == "skipped"

@@ -1,17 +1,21 @@
 """Per-tool execution controls on real Celery workers (Postgres + Redis):
 each tool's runs on its own queue's worker, soft and hard time limits on a
-prefork pool, retries with backoff, a queue nobody consumes.
+prefork pool, retries with backoff, a queue nobody consumes, a concurrency
+limit held across workers and a killed holder's slot coming back.
 
-The stack's two workers consume a queue each: ``worker0`` the site's run
-queue, ``worker1`` the "gpu" queue, which ``count_to`` is sent to. The
-queues and limits come from the site's ``TOOL_CONTROLS`` (``MCP_TOOL_CONTROLS``
-here); ``flaky_call``'s retries from its own ``@tool`` options.
+The stack's two workers (three pool processes each) consume a queue of their
+own: ``worker0`` the site's run queue, ``worker1`` the "gpu" queue, which
+``count_to`` is sent to; both consume the "shared" queue of ``limited_work``
+(at most two at once). The queues and limits come from the site's
+``TOOL_CONTROLS`` (``MCP_TOOL_CONTROLS`` here); ``flaky_call``'s retries from
+its own ``@tool`` options.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from collections.abc import Iterator
 from datetime import datetime
@@ -28,6 +32,7 @@ pytestmark = [pytest.mark.live, postgres_only.LIVE_STACK]
 SOFT_LIMIT = 1.0
 HARD_LIMIT = 2.0
 GUARDED_HARD_LIMIT = 4.0
+LIMIT = 2
 
 
 class ControlsStack(live.LiveStack):
@@ -36,10 +41,13 @@ class ControlsStack(live.LiveStack):
     def queue_of(self, index: int) -> str:
         return self.queue if index == 0 else f"{self.queue}-gpu"
 
+    @property
+    def shared_queue(self) -> str:
+        return f"{self.queue}-shared"
+
     def worker_argv(self, index: int) -> list[str]:
-        return live.celery_worker_argv(
-            self.queue_of(index), f"worker{index}-{self.queue}", concurrency=2, site=self.site
-        )
+        queues = f"{self.queue_of(index)},{self.shared_queue}"
+        return live.celery_worker_argv(queues, f"worker{index}-{self.queue}", concurrency=3, site=self.site)
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +73,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlsStack]:
                 "retry_backoff_max": 30,
             },
             "maybe_slow": {"queue": f"{made.queue}-nobody"},
+            "limited_work": {"queue": made.shared_queue, "concurrency": LIMIT},
         }
     )
     try:
@@ -214,3 +223,77 @@ def test_a_run_whose_queue_nobody_consumes_waits_and_is_not_taken_for_lost(
     final = client.wait_for(task_id, timeout=60)
     assert final["status"] == "completed"
     assert [e["kind"] for e in stack.events(task_id)].count("run_started") == 1
+
+
+def work_spans(stack: ControlsStack) -> dict[str, list[float]]:
+    """``limited_work``'s start and end times by task, from both workers' logs."""
+    spans: dict[str, list[float]] = {}
+    for name in ("worker0", "worker1"):
+        for line in stack.log_text(name).splitlines():
+            if "limited_work " in line and (" start " in line or " end " in line):
+                task_id, _, at = line.split("limited_work ", 1)[1].split()[:3]
+                spans.setdefault(task_id, []).append(float(at))
+    return spans
+
+
+def test_a_concurrency_limit_holds_across_workers_and_every_run_completes(
+    stack: ControlsStack, client: HttpRpc
+) -> None:
+    tasks = [client.create_task("limited_work", {"seconds": 0.6}) for _ in range(10)]
+    for task_id in tasks:
+        assert client.wait_for(task_id, timeout=120)["status"] == "completed"
+    spans = work_spans(stack)
+    assert set(tasks) <= set(spans)
+    assert all(len(spans[t]) == 2 for t in tasks), {t: spans[t] for t in tasks}
+    # Every instant: the runs that started by then and had not ended.
+    edges = sorted([(spans[t][0], 1) for t in tasks] + [(spans[t][1], -1) for t in tasks], key=lambda e: (e[0], e[1]))
+    running = most = 0
+    for _, step in edges:
+        running += step
+        most = max(most, running)
+    hosts = {int(e["actor"].rsplit(":", 2)[1]) for t in tasks for e in stack.events(t) if e["kind"] == "run_started"}
+    roles = stack.worker_processes()
+    workers = {roles.get(pid, "gone").split(":")[0] for pid in hosts}
+    print(f"\nat most {most} of 10 runs at once (limit {LIMIT}), on {len(hosts)} processes of {sorted(workers)}")
+    assert most == LIMIT
+    assert workers == {"worker0", "worker1"}
+
+
+def test_a_killed_workers_slot_comes_back_within_the_lease(stack: ControlsStack, client: HttpRpc) -> None:
+    lease = float(stack.env["MCP_LEASE_SECONDS"])
+    holders = [client.create_task("limited_work", {"seconds": 60}) for _ in range(LIMIT)]
+    wait_until(lambda: all((stack.task_row(t) or {}).get("lease_owner") for t in holders), 30, what="both slots held")
+    waiter = client.create_task("limited_work", {"seconds": 0.1})
+    wait_until(
+        lambda: "Waiting for a free slot" in (client.tasks_get(waiter).result.get("statusMessage") or ""),
+        30,
+        what="the third run waiting",
+    )
+    victim = stack.task_row(holders[0])["lease_owner"]
+    pid = int(victim.rsplit(":", 2)[1])
+    os.kill(pid, signal.SIGKILL)
+    killed = time.monotonic()
+
+    def slot_of_victim() -> list[dict[str, Any]]:
+        return stack.query("SELECT * FROM mcptasks_toolslot WHERE worker = %s AND expires_at > now()", (victim,))
+
+    wait_until(lambda: not slot_of_victim(), 30, interval=0.05, what="the killed run's slot freed")
+    freed = time.monotonic() - killed
+    # Taken again: by the waiter, or by the killed run's own redelivered message, whichever came first.
+    wait_until(
+        lambda: (
+            len(stack.query("SELECT 1 FROM mcptasks_toolslot WHERE tool_name = 'limited_work' AND worker <> ''"))
+            == LIMIT
+            and not slot_of_victim()
+        ),
+        30,
+        interval=0.05,
+        what="the slot taken again",
+    )
+    retaken = time.monotonic() - killed
+    print(f"\nthe killed run's slot: free {freed:.2f} s, taken again {retaken:.2f} s after SIGKILL (lease {lease:g} s)")
+    assert freed <= lease + 0.5
+    assert retaken <= lease + 1.5  # plus a waiting run's pause before its next try
+    for task_id in holders:
+        client.tasks_cancel(task_id)
+    assert client.wait_for(waiter, timeout=30)["status"] == "completed"

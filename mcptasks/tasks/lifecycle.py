@@ -28,7 +28,12 @@ from .runs import (
     set_status_message,
     start_run,
     tool_retries,
+    wait_for_slot,
 )
+from .slots import free as free_slot
+from .slots import renew as renew_slots
+from .slots import take as take_slot
+from .slots import tool_name_of
 from .transitions import acancel, asubmit_input, cancel, complete, fail, finish_run, request_input, submit_input
 
 __all__ = [
@@ -54,6 +59,7 @@ __all__ = [
     "expire_now",
     "fail",
     "finish_run",
+    "free_slot",
     "heartbeat",
     "held_leases",
     "note_result_retrieved",
@@ -62,6 +68,7 @@ __all__ = [
     "reconcile",
     "release",
     "renew_leases",
+    "renew_slots",
     "request_input",
     "retry",
     "retry_refusal",
@@ -70,6 +77,9 @@ __all__ = [
     "start_run",
     "submit_input",
     "sweep",
+    "take_slot",
+    "tool_name_of",
     "tool_retries",
+    "wait_for_slot",
     "worker_actor",
 ]

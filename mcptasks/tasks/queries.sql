@@ -185,6 +185,20 @@ WITH retried AS (
 )
 SELECT * FROM retried;
 
+-- name: run_slot_wait
+-- A run found every slot of its tool held: the task, not claimed, waits
+-- ``working`` for a later try at ``due`` (the sweeper waits for that before
+-- it takes the task for unclaimed), its status message saying so.
+-- ``updated_at`` moves only when the message changes.
+UPDATE mcptasks_task
+SET dispatched_at = %(due)s, status_message = %(message)s,
+    updated_at = CASE WHEN status_message = %(message)s THEN updated_at ELSE %(now)s END
+WHERE id = %(task_id)s AND status = %(working)s AND (lease_expires_at IS NULL OR lease_expires_at < %(now)s)
+RETURNING id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
+          result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
+          dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at,
+          started_at, finished_at, snapshot_watched, trace_context;
+
 -- name: task_cancel
 -- An active task cancelled now: the guarded move (its status re-read under
 -- the row lock, as ``transitions._transition`` does), its event, the
@@ -402,3 +416,30 @@ GROUP BY GROUPING SETS ((bucket), ());
 SELECT tool_name, COUNT(*) FROM mcptasks_task
 WHERE finished_at >= %(start)s AND finished_at < %(end)s AND status = %(failed)s
 GROUP BY 1;
+
+-- name: slot_rows
+-- A tool's concurrency slots 0..limit-1, made once (a lower limit later
+-- leaves the rows above it unused).
+INSERT INTO mcptasks_toolslot (tool_name, slot, task_id, worker, expires_at)
+SELECT %(tool)s, n, '', '', NULL FROM generate_series(0, %(limit)s::int - 1) AS n
+ON CONFLICT (tool_name, slot) DO NOTHING;
+
+-- name: slot_take
+-- A run takes a free slot of its tool (never held, released, or its
+-- holder's lease lapsed). SKIP LOCKED passes over a slot another run is
+-- taking; FOR UPDATE re-checks a slot taken since this statement began.
+UPDATE mcptasks_toolslot SET task_id = %(task_id)s, worker = %(worker)s, expires_at = %(lease)s
+WHERE id = (
+    SELECT id FROM mcptasks_toolslot
+    WHERE tool_name = %(tool)s AND slot < %(limit)s AND (expires_at IS NULL OR expires_at < %(now)s)
+    ORDER BY slot LIMIT 1 FOR UPDATE SKIP LOCKED
+)
+RETURNING slot;
+
+-- name: slot_renew
+-- The slots of these runs follow their leases.
+UPDATE mcptasks_toolslot SET expires_at = %(lease)s WHERE worker = ANY(%(workers)s);
+
+-- name: slot_free
+-- A run gives its slot back.
+UPDATE mcptasks_toolslot SET task_id = '', worker = '', expires_at = NULL WHERE worker = %(worker)s;

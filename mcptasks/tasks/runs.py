@@ -205,3 +205,41 @@ def schedule_retry(task_id: str, *, worker: str, attempt: int, delay: float, err
         record_event(task_id, EventKind.TOOL_RETRY, actor, now=now, detail=detail)
         announce(task_id, TaskStatus.WORKING, TaskStatus.WORKING, actor, STATUS_MESSAGE)
     return True
+
+
+def wait_for_slot(task_id: str, *, delay: float, message: str) -> bool:
+    """Every concurrency slot of the task's tool is held: the task, which no
+    run claimed, stays ``working`` with its next try due in ``delay``
+    seconds and ``message`` as its status (listeners hear of it when the
+    message changes). ``False`` when the task is no longer waiting to run
+    (finished, cancelled, asking, or running elsewhere): nothing to retry.
+    On Postgres one statement (``run_slot_wait``)."""
+    now = timezone.now()
+    due = now + timedelta(seconds=delay)
+    if sql.single_statement():
+        params = {
+            "task_id": task_id,
+            "working": TaskStatus.WORKING.value,
+            "now": now,
+            "due": due,
+            "message": message,
+        }
+        cursor = sql.execute("run_slot_wait", params)
+        row = cursor.fetchone()
+        if row is None:
+            return False
+        task = Task.objects.from_row(sql.column_names(cursor), row)
+        if task.updated_at == now:
+            announce(task_id, TaskStatus.WORKING, TaskStatus.WORKING, SYSTEM, STATUS_MESSAGE, task=task)
+        return True
+    with transaction.atomic():
+        waiting = Task.objects.filter(pk=task_id, status=TaskStatus.WORKING).filter(
+            Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=now)
+        )
+        changed = waiting.exclude(status_message=message).update(
+            dispatched_at=due, status_message=message, updated_at=now
+        )
+        if changed:
+            announce(task_id, TaskStatus.WORKING, TaskStatus.WORKING, SYSTEM, STATUS_MESSAGE)
+            return True
+        return bool(waiting.update(dispatched_at=due))

@@ -22,6 +22,7 @@ OPTION_TYPES: dict[str, tuple[type, ...]] = {
     "retry_on": (list, tuple),
     "retry_backoff": (int, float),
     "retry_backoff_max": (int, float),
+    "concurrency": (int,),
 }
 
 #: Seconds between a hard limit's outcome and the kill of a prefork process
@@ -46,6 +47,8 @@ class ToolControls:
     #: The first backoff (seconds); each next one doubles, up to ``retry_backoff_max``.
     retry_backoff: float = 1.0
     retry_backoff_max: float = 600.0
+    #: At most this many runs at once across every worker (``None``: no limit).
+    concurrency: int | None = None
 
     def backoff(self, retry: int, *, jitter: random.Random | None = None) -> float:
         """The wait before retry number ``retry`` (1 for the first): exponential,
@@ -69,7 +72,7 @@ def validate(name: str, options: Any) -> ToolControls:
         raise ValueError(f"TOOL_CONTROLS[{name!r}] has unknown options {sorted(unknown)}")
     values: dict[str, Any] = {}
     for key, value in options.items():
-        if value is None and key in ("queue", "time_limit", "soft_time_limit"):
+        if value is None and key in ("queue", "time_limit", "soft_time_limit", "concurrency"):
             values[key] = None
             continue
         if isinstance(value, bool) or not isinstance(value, OPTION_TYPES[key]):
@@ -92,6 +95,8 @@ def check(name: str, controls: ToolControls) -> ToolControls:
     soft, hard = controls.soft_time_limit, controls.time_limit
     if soft is not None and hard is not None and soft >= hard:
         raise ValueError(f"tool {name!r}: soft_time_limit must be below time_limit")
+    if controls.concurrency is not None and controls.concurrency < 1:
+        raise ValueError(f"tool {name!r}: concurrency must be at least 1")
     if controls.retries < 0:
         raise ValueError(f"tool {name!r}: retries must not be negative")
     if controls.retries and not controls.retry_on:

@@ -69,3 +69,9 @@ def configured_queues() -> list[str]:
     site's run queue and each registered or configured tool's own."""
     names = [t.name for t in registry.all()] + [n for n in settings.TOOL_CONTROLS if n not in registry]
     return [q for q in dict.fromkeys([settings.CELERY_QUEUE, *(queue_for(n) for n in names)]) if q]
+
+
+def limited_tools() -> set[str]:
+    """The tools with a ``concurrency`` limit (their runs take a slot)."""
+    names = [t.name for t in registry.all()] + [n for n in settings.TOOL_CONTROLS if n not in registry]
+    return {n for n in names if controls_for(n).concurrency}

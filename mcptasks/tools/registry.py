@@ -269,6 +269,7 @@ def tool(
     retry_on: Iterable[type[Exception]] = (),
     retry_backoff: float = 1.0,
     retry_backoff_max: float = 600.0,
+    concurrency: int | None = None,
     registry: Registry = registry,
 ) -> Callable[[F], F]: ...
 
@@ -295,6 +296,7 @@ def tool(
     retry_on: Iterable[type[Exception]] = (),
     retry_backoff: float = 1.0,
     retry_backoff_max: float = 600.0,
+    concurrency: int | None = None,
     registry: Registry = registry,
 ) -> F | Callable[[F], F]:
     """Register ``fn`` as a tool. Usable bare (``@tool``) or with options
@@ -323,7 +325,8 @@ def tool(
     and ``time_limit`` stops the run, the task ending as a tool error naming
     the limit; ``retries`` more attempts follow an exception of ``retry_on``,
     after ``retry_backoff`` seconds doubling up to ``retry_backoff_max``,
-    with jitter.
+    with jitter; ``concurrency`` caps the runs of the tool at once across
+    every worker (a run over it waits without holding a worker process).
     """
     if task not in TASK_MODES:
         raise ValueError(f"task must be one of {TASK_MODES}, not {task!r}")
@@ -335,6 +338,7 @@ def tool(
         retry_on=tuple(retry_on),
         retry_backoff=retry_backoff,
         retry_backoff_max=retry_backoff_max,
+        concurrency=concurrency,
     )
 
     def decorate(func: F) -> F:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import socket
 import threading
 import time
@@ -28,6 +29,7 @@ from ..errors import (
 from ..protocol import eras
 from ..tasks import dispatch, lifecycle
 from ..telemetry import runs as run_telemetry
+from ..tools import effective
 from ..tools.calls import tool_context
 from ..tools.controls import ToolControls
 from ..tools.effective import controls_for
@@ -48,8 +50,39 @@ def worker_name() -> str:
 
 
 def run_task(task_id: str) -> str:
-    """One run of a task. Returns what happened (for logs and tests)."""
+    """One run of a task. Returns what happened (for logs and tests).
+
+    A tool with a ``concurrency`` limit runs only in a slot of its own
+    (``tasks.slots``); with every slot held, the run does not claim the task
+    but sends it again for a little later (``"waiting"``), leaving the
+    worker process to other runs."""
     worker = worker_name()
+    limited = effective.limited_tools()
+    tool_name = lifecycle.tool_name_of(task_id) if limited else None
+    if tool_name is None or tool_name not in limited:
+        return _run_task(task_id, worker)
+    limit = controls_for(tool_name).concurrency
+    assert limit is not None
+    if lifecycle.take_slot(tool_name, limit, task_id=task_id, worker=worker) is None:
+        delay = random.uniform(*SLOT_WAIT_SECONDS)
+        message = f"Waiting for a free slot: at most {limit} runs of {tool_name} at once."
+        if not lifecycle.wait_for_slot(task_id, delay=delay, message=message):
+            return "skipped"
+        dispatch.enqueue_after_commit(task_id, tool_name, countdown=delay)
+        return "waiting"
+    leases.monitor.hold_slot(worker)
+    try:
+        return _run_task(task_id, worker)
+    finally:
+        lifecycle.free_slot(worker)
+
+
+#: How long a run that found every slot of its tool held waits before it
+#: tries again (a random draw in this range, so that waiters spread out).
+SLOT_WAIT_SECONDS = (0.3, 1.0)
+
+
+def _run_task(task_id: str, worker: str) -> str:
     run = lifecycle.start_run(task_id, worker=worker)
     if run is None:
         return "skipped"
@@ -149,6 +182,7 @@ def _hard_stop(
         result = error_result(f"Tool '{tool_name}' was stopped at its time limit of {limit:g} s.")
         if lifecycle.finish_run(task_id, result, worker=worker, to=eras.status_after_result(era, result)):
             logger.warning("run of task %s stopped at its time limit of %g s", task_id, limit)
+        lifecycle.free_slot(worker)  # before a prefork kill, which would leave it to lapse
         cancel_event.set()
 
     return stop

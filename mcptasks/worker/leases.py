@@ -37,6 +37,8 @@ class LeaseMonitor:
         self._pid = os.getpid()
         self._lock = threading.Lock()
         self._runs: dict[str, tuple[str, threading.Event]] = {}  # worker -> (task id, cancel event)
+        #: The runs holding a concurrency slot, renewed with their leases.
+        self._slotted: set[str] = set()
         #: worker -> (monotonic deadline, what to do then): a run's hard time limit.
         self._deadlines: dict[str, tuple[float, Callable[[], object]]] = {}
         self._wake = threading.Event()  # set when a run arrives while the thread waits for one
@@ -66,12 +68,20 @@ class LeaseMonitor:
                 self._waiting = False
                 self._wake.set()
 
+    def hold_slot(self, worker: str) -> None:
+        """The run ``worker`` (watched next) holds a concurrency slot."""
+        if self._pid != os.getpid():
+            self._reset()
+        with self._lock:
+            self._slotted.add(worker)
+
     def forget(self, worker: str) -> None:
         # No wake-up: the next tick finds the run gone (back-to-back short
         # runs would otherwise wake the thread twice each).
         with self._lock:
             self._runs.pop(worker, None)
             self._deadlines.pop(worker, None)
+            self._slotted.discard(worker)
 
     def watched(self) -> int:
         with self._lock:
@@ -101,6 +111,9 @@ class LeaseMonitor:
                 if time.monotonic() >= next_beat:
                     next_beat = time.monotonic() + settings.HEARTBEAT_SECONDS
                     held = lifecycle.renew_leases(runs)
+                    with self._lock:
+                        slotted = [worker for worker in self._slotted if worker in held]
+                    lifecycle.renew_slots(slotted)
                 else:
                     held = lifecycle.held_leases(runs)
             except Exception:  # the database blipped: try again next tick

@@ -38,12 +38,13 @@ _PROBE = "mcptasks-probe"
 
 
 class RunMessages:
-    """The template of ``run_task``'s messages for one queue (``None``:
-    Celery's default route)."""
+    """The template of ``run_task``'s messages for one queue (``None``: the
+    site's ``CELERY_QUEUE``, else Celery's default route)."""
 
     def __init__(self, queue_name: str | None = None) -> None:
         app = run_task.app
         options: dict[str, Any] = dict(run_task._get_exec_options())  # type: ignore[attr-defined]
+        queue_name = queue_name or settings.CELERY_QUEUE
         if queue_name:
             options["queue"] = queue_name
         ignore_result = options.pop("ignore_result", None)
@@ -116,9 +117,13 @@ def _template_applies(messages: RunMessages) -> bool:
         and not transport.get("global_keyprefix")
         and conf.task_serializer == "json"
         and not conf.task_compression
-        and messages.direct
-        and not messages.priority
+        and _route_applies(messages)
     )
+
+
+def _route_applies(messages: RunMessages) -> bool:
+    """The queue's route is one kombu's Redis transport takes as the template does."""
+    return messages.direct and not messages.priority
 
 
 class LoopPublisher:
@@ -137,7 +142,7 @@ class LoopPublisher:
         if queue_name not in self.by_queue:
             try:
                 messages = RunMessages(queue_name)
-                self.by_queue[queue_name] = messages if _template_applies(messages) else None
+                self.by_queue[queue_name] = messages if _route_applies(messages) else None
             except Exception:  # a cost, not a safety, measure: the thread path publishes as Celery would
                 logger.warning("could not build the run message template of queue %s", queue_name, exc_info=True)
                 self.by_queue[queue_name] = None
@@ -183,7 +188,7 @@ def loop_sender() -> Callable[[str, dispatch.Route], Awaitable[bool]] | None:
 
 def _publisher() -> LoopPublisher | None:
     try:
-        messages = RunMessages(settings.CELERY_QUEUE)
+        messages = RunMessages()
         if not _template_applies(messages):
             return None
         return LoopPublisher(messages, _broker_url())

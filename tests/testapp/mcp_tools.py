@@ -373,6 +373,16 @@ def unreachable_api(ctx: ToolContext) -> str:
     raise ConnectionError(f"no route to the API (attempt {ctx.attempt})")
 
 
+@tool(task="required", description="Works `seconds`, logging its start and end (wall clock) for overlap checks.")
+def limited_work(ctx: ToolContext, seconds: float = 0.5) -> str:
+    logger.warning("limited_work %s start %.6f", ctx.task_id, time.time())
+    try:
+        ctx.sleep(seconds)
+    finally:
+        logger.warning("limited_work %s end %.6f", ctx.task_id, time.time())
+    return f"worked {seconds}s"
+
+
 @tool(task="optional", description="Busy work that checks for cancellation between steps.")
 def count_to(ctx: ToolContext, n: int = 10, step_seconds: float = 0.1) -> ToolResult:
     done = 0
