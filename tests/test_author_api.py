@@ -187,7 +187,8 @@ def test_registrations_wait_for_the_registry_lock(register):
 
 def test_tool_options_that_mypy_refuses(tmp_path):
     """The execution controls are typed: a queue that is not a string, retries
-    that are not a count or retry_on that is not exception classes are errors."""
+    or a concurrency that are not a count, retry_on that is not exception
+    classes are errors."""
     site = tmp_path / "bad_controls.py"
     site.write_text(
         "from mcptasks import tool\n\n"
@@ -197,7 +198,9 @@ def test_tool_options_that_mypy_refuses(tmp_path):
         "def b() -> int:\n    return 1\n\n"
         "@tool(retry_on=(str,))  # type: ignore[arg-type]\n"
         "def c() -> int:\n    return 1\n\n"
-        "@tool(time_limit=1.5, soft_time_limit=1, retry_on=[ValueError], retries=1)\n"
+        "@tool(concurrency='2')  # type: ignore[call-overload]\n"
+        "def e() -> int:\n    return 1\n\n"
+        "@tool(time_limit=1.5, soft_time_limit=1, retry_on=[ValueError], retries=1, concurrency=3)\n"
         "def d() -> int:\n    return 1\n\n"
         "reveal_type(d)\n"
     )

@@ -40,13 +40,14 @@ async def shout(message: str) -> ToolResult:
     retry_on=(ConnectionError, TimeoutError),
     retry_backoff=2,
     retry_backoff_max=30.0,
+    concurrency=2,
 )
 def render(ctx: ToolContext, scene: str) -> bytes:
     """Every execution control at once."""
     return scene.encode()
 
 
-@tool(queue=None, time_limit=None, retries=0)
+@tool(queue=None, time_limit=None, retries=0, concurrency=None)
 def plain_defaults(n: int) -> int:
     return n
 
