@@ -370,3 +370,36 @@ def test_native_without_an_sdk_still_carries_the_client_s_context(rpc, otel, mon
     assert Task.objects.get(pk=task_id).trace_context["traceparent"] == CLIENT_TRACEPARENT
     assert run(task_id) == "completed"
     assert otel.finished() == []
+
+
+def test_a_tool_retry_has_a_metric_of_its_own_and_runs_carry_their_queue_and_tool_attempt(otel, temp_tool):
+    @temp_tool(task="required", queue="partner-api", retries=1, retry_on=(ConnectionError,), retry_backoff=0)
+    def shaky_partner() -> str:
+        raise ConnectionError("try again")
+
+    task = make_task(tool="shaky_partner")
+    lost = otel.total("mcptasks.task.retried", **{"gen_ai.tool.name": "shaky_partner"})
+    assert run(task.id) == "retrying"
+    assert run(task.id) == "completed"
+    spans = otel.named("execute_tool shaky_partner")
+    assert [s.attributes["mcptasks.tool.attempt"] for s in spans] == [1, 2]
+    assert all(s.attributes["messaging.destination.name"] == "partner-api" for s in spans)
+    assert [s.attributes["mcptasks.run.attempt"] for s in spans] == [1, 1]  # no run was lost
+    name = {"gen_ai.tool.name": "shaky_partner", "messaging.destination.name": "partner-api"}
+    assert otel.total("mcptasks.task.tool_retries", **name) == 1
+    assert otel.total("mcptasks.task.retried", **{"gen_ai.tool.name": "shaky_partner"}) == lost
+    assert otel.total("mcptasks.task.queue.wait", **name) == 2
+
+
+def test_the_queue_depth_gauge_reads_each_tools_queue(otel, temp_tool, settings):
+    @temp_tool(task="required", queue="gpu-depth")
+    def gpu_depth_tool() -> str:
+        return "ok"
+
+    settings.MCPTASKS = {**settings.MCPTASKS, "TOOL_CONTROLS": {"not_registered": {"queue": "elsewhere"}}}
+    assert {"gpu-depth", "elsewhere"} <= set(queue_depth.run_queues())
+    task = make_task(tool="gpu_depth_tool")
+    before = {o.attributes["messaging.destination.name"]: o.value for o in queue_depth.depths()}
+    dispatch.enqueue_run(task.id, Route("gpu-depth"))
+    after = {o.attributes["messaging.destination.name"]: o.value for o in queue_depth.depths()}
+    assert after["gpu-depth"] == before.get("gpu-depth", 0) + 1

@@ -28,6 +28,7 @@ from ..errors import (
 )
 from ..protocol import eras
 from ..tasks import dispatch, lifecycle
+from ..telemetry import metrics
 from ..telemetry import runs as run_telemetry
 from ..tools import effective
 from ..tools.calls import tool_context
@@ -86,15 +87,15 @@ def _run_task(task_id: str, worker: str) -> str:
     run = lifecycle.start_run(task_id, worker=worker)
     if run is None:
         return "skipped"
-    run_telemetry.started(run.task, run.answers)
     task = run.task
+    controls = controls_for(task.tool_name)
+    attempt = lifecycle.tool_retries(task_id) + 1 if controls.retries else 1
+    run_telemetry.started(run.task, run.answers, queue=effective.queue_for(task.tool_name), tool_attempt=attempt)
     actor = lifecycle.worker_actor(worker)
     tool = registry.get(task.tool_name)
     if tool is None:
         lifecycle.fail(task_id, InvalidParams(f"Unknown tool: {task.tool_name}").to_dict(), actor=actor)
         return "failed"
-    controls = controls_for(tool.name)
-    attempt = lifecycle.tool_retries(task_id) + 1 if controls.retries else 1
     cancel_event = threading.Event()
     ctx = tool_context(
         owner=task.owner,
@@ -165,6 +166,7 @@ def _retry(
         task_id, worker=worker, attempt=next_attempt, delay=delay, error=f"{type(exc).__name__}: {exc}"
     ):
         return "cancelled"
+    metrics.tool_retry(tool_name, effective.queue_for(tool_name))
     dispatch.enqueue_after_commit(task_id, tool_name, countdown=delay)
     return "retrying"
 
