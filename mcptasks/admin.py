@@ -34,6 +34,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from .admin_overview import overview_urls
 from .models import ACTIVE_STATUSES, TERMINAL_STATUSES, InputRequest, Task, TaskEvent
 from .tasks import lifecycle, sql
+from .tools import effective
 from .tools.registry import registry
 
 #: Above this many matching rows the change list says "more than N" instead
@@ -210,6 +211,25 @@ OBJECT_ACTIONS = (
 )
 
 
+def describe_controls(tool_name: str) -> str:
+    """A tool's execution controls in a line (its own with the site's), for operators."""
+    controls = effective.controls_for(tool_name)
+    parts = [f"queue {effective.queue_for(tool_name) or 'default'}"]
+    if controls.soft_time_limit:
+        parts.append(f"soft limit {controls.soft_time_limit:g} s")
+    if controls.time_limit:
+        parts.append(f"limit {controls.time_limit:g} s")
+    if controls.retries:
+        on = ", ".join(c.__name__ for c in controls.retry_on)
+        parts.append(
+            f"{controls.retries} retries on {on} (backoff {controls.retry_backoff:g} s, "
+            f"at most {controls.retry_backoff_max:g} s)"
+        )
+    if controls.concurrency:
+        parts.append(f"at most {controls.concurrency} at once ({lifecycle.slots_held(tool_name)} running)")
+    return "; ".join(parts)
+
+
 def _plural(n: int, word: str = "task") -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
@@ -250,6 +270,10 @@ class TaskAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # generic only in 
             "Execution",
             {
                 "fields": (
+                    "queue",
+                    "queue_wait",
+                    "tool_attempt",
+                    "tool_controls",
                     "attempts",
                     "dispatched_at",
                     "lease_owner",
@@ -349,6 +373,30 @@ class TaskAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # generic only in 
     @admin.display(description="error")
     def error_json(self, obj: Task) -> str:
         return pretty_json(obj.error)
+
+    @admin.display(description="queue")
+    def queue(self, obj: Task) -> str:
+        return effective.queue_for(obj.tool_name) or "(Celery's default queue)"
+
+    @admin.display(description="queue wait")
+    def queue_wait(self, obj: Task) -> str:
+        """To the first run's start; for a run not started yet, so far."""
+        if obj.started_at is not None:
+            return f"{(obj.started_at - obj.created_at).total_seconds():.3f} s"
+        if obj.status in ACTIVE_STATUSES:
+            return f"{(timezone.now() - obj.created_at).total_seconds():.1f} s so far (not started)"
+        return "-"
+
+    @admin.display(description="tool attempt")
+    def tool_attempt(self, obj: Task) -> str:
+        """The tool's attempts (retries on its ``retry_on``), not lost runs (``attempts``)."""
+        retries = lifecycle.tool_retries(obj.id)
+        allowed = effective.controls_for(obj.tool_name).retries
+        return f"{retries + 1} of at most {allowed + 1}" if allowed else str(retries + 1)
+
+    @admin.display(description="tool's controls")
+    def tool_controls(self, obj: Task) -> str:
+        return describe_controls(obj.tool_name)
 
     # The detail page: the actions as buttons. ----------------------------------------------
 

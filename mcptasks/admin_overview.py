@@ -10,7 +10,7 @@ the permission to view tasks. The figures come from
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -61,6 +61,8 @@ class WindowPage:
     failures_other: int
     failures_total: int
     computed_at: datetime | None
+    #: (queue, runs timed, p50 s, p95 s) of the window's queue waits, by queue.
+    queue_waits: list[tuple[str, int, float | None, float | None]] = field(default_factory=list)
 
 
 def overview_urls(model_admin: ModelAdmin[Any]) -> list[URLPattern]:
@@ -130,6 +132,7 @@ def _window_page(figures: overview.WindowFigures) -> WindowPage:
         failures_other=figures.failures_other,
         failures_total=figures.failures_total,
         computed_at=figures.computed_at,
+        queue_waits=[(queue, p.count, p.p50, p.p95) for queue, p in figures.queue_wait_by_queue],
     )
 
 

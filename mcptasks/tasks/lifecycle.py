@@ -31,6 +31,7 @@ from .runs import (
     wait_for_slot,
 )
 from .slots import free as free_slot
+from .slots import held as slots_held
 from .slots import renew as renew_slots
 from .slots import take as take_slot
 from .slots import tool_name_of
@@ -74,6 +75,7 @@ __all__ = [
     "retry_refusal",
     "schedule_retry",
     "set_status_message",
+    "slots_held",
     "start_run",
     "submit_input",
     "sweep",

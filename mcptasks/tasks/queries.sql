@@ -443,3 +443,21 @@ UPDATE mcptasks_toolslot SET expires_at = %(lease)s WHERE worker = ANY(%(workers
 -- name: slot_free
 -- A run gives its slot back.
 UPDATE mcptasks_toolslot SET task_id = '', worker = '', expires_at = NULL WHERE worker = %(worker)s;
+
+
+-- name: overview_queue_wait
+-- Tasks created in the window: p50/p95 of their queue wait (as
+-- ``overview_created`` times it) by the queue their tool's runs go to
+-- (``tools``/``queues`` pair each tool with its queue; a tool not named
+-- there goes to ``default``).
+SELECT COALESCE(routes.queue, %(default)s) AS queue, COUNT(seconds),
+       percentile_cont(ARRAY[0.5, 0.95]) WITHIN GROUP (ORDER BY seconds)
+FROM (
+    SELECT tool_name,
+           date_part('epoch', COALESCE(started_at, finished_at, %(now)s::timestamptz) - created_at) AS seconds
+    FROM mcptasks_task
+    WHERE created_at >= %(start)s::timestamptz AND created_at < %(end)s::timestamptz
+) AS timed
+LEFT JOIN unnest(%(tools)s::text[], %(queues)s::text[]) AS routes (tool, queue) ON routes.tool = timed.tool_name
+GROUP BY 1
+ORDER BY 1;
