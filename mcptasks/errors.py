@@ -114,5 +114,15 @@ class SoftTimeLimitExceeded(ControlFlow):
         self.limit = limit
 
 
+class ToolRetry(ControlFlow):
+    """The tool raised ``error``, an exception of its ``retry_on``: the task
+    run may schedule another attempt (``invoke`` raises it, the worker
+    catches it)."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(f"{type(error).__name__}: {error}")
+        self.error = error
+
+
 class HandOff(ControlFlow):
     """The inline phase of a task tool is done: continue as a durable task."""

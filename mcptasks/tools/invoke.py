@@ -10,7 +10,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import ProtocolError, ToolError
+from ..errors import ProtocolError, ToolError, ToolRetry
 from .context import ToolContext
 from .registry import Tool
 from .results import error_result, to_call_result
@@ -24,9 +24,9 @@ def invoke(
     """Call the tool and return its ``CallToolResult``.
 
     ``ToolError`` and unexpected exceptions become ``isError`` results (the
-    latter logged with its traceback); ``ProtocolError``, the control-flow
-    signals and the exceptions of ``retry_on`` (the caller may retry)
-    propagate.
+    latter logged with its traceback); ``ProtocolError`` and the control-flow
+    signals propagate, and an exception of ``retry_on`` comes out as
+    ``ToolRetry`` (the caller may try again).
     """
     try:
         value = tool.fn(ctx, **kwargs) if tool.wants_context else tool.fn(**kwargs)
@@ -38,7 +38,7 @@ def invoke(
         raise
     except Exception as exc:
         if retry_on and isinstance(exc, retry_on):
-            raise
+            raise ToolRetry(exc) from exc
         logger.exception("tool %s raised", tool.name, extra={"tool": tool.name, "task_id": ctx.task_id})
         return error_result(f"Tool '{tool.name}' failed: {type(exc).__name__}: {exc}")
     return to_call_result(value)

@@ -25,6 +25,7 @@ from ..errors import (
     ProtocolError,
     SoftTimeLimitExceeded,
     TaskCancelled,
+    ToolRetry,
 )
 from ..protocol import eras
 from ..tasks import dispatch, lifecycle
@@ -128,11 +129,11 @@ def _run_task(task_id: str, worker: str) -> str:
     except ProtocolError as exc:
         lifecycle.fail(task_id, exc.to_dict(), actor=actor, worker=worker)
         return "failed"
-    except Exception as exc:  # only what invoke let through: an exception the tool retries on
-        retried = _retry(task_id, tool.name, controls, exc, worker, attempt)
+    except ToolRetry as retry:
+        retried = _retry(task_id, tool.name, controls, retry.error, worker, attempt)
         if retried is not None:
             return retried
-        result = error_result(f"Tool '{tool.name}' failed: {type(exc).__name__}: {exc}")
+        result = error_result(f"Tool '{tool.name}' failed: {retry}")
     except BaseException as exc:
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             lifecycle.release(task_id, worker=worker)
