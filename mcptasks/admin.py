@@ -31,7 +31,7 @@ from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
 from django.utils.http import url_has_allowed_host_and_scheme
 
-from .admin_overview import overview_urls
+from .admin_overview import describe_controls, overview_urls
 from .models import ACTIVE_STATUSES, TERMINAL_STATUSES, InputRequest, Task, TaskEvent
 from .tasks import lifecycle, sql
 from .tools import effective
@@ -209,25 +209,6 @@ OBJECT_ACTIONS = (
     ("expire_tasks", "expire_task", "Expire now", TERMINAL_STATUSES),
     ("retry_tasks", "retry_task", "Retry as a new task", lifecycle.RETRYABLE_STATUSES),
 )
-
-
-def describe_controls(tool_name: str) -> str:
-    """A tool's execution controls in a line (its own with the site's), for operators."""
-    controls = effective.controls_for(tool_name)
-    parts = [f"queue {effective.queue_for(tool_name) or 'default'}"]
-    if controls.soft_time_limit:
-        parts.append(f"soft limit {controls.soft_time_limit:g} s")
-    if controls.time_limit:
-        parts.append(f"limit {controls.time_limit:g} s")
-    if controls.retries:
-        on = ", ".join(c.__name__ for c in controls.retry_on)
-        parts.append(
-            f"{controls.retries} retries on {on} (backoff {controls.retry_backoff:g} s, "
-            f"at most {controls.retry_backoff_max:g} s)"
-        )
-    if controls.concurrency:
-        parts.append(f"at most {controls.concurrency} at once ({lifecycle.slots_held(tool_name)} running)")
-    return "; ".join(parts)
 
 
 def _plural(n: int, word: str = "task") -> str:

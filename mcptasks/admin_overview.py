@@ -22,7 +22,9 @@ from django.urls import URLPattern, path
 from . import admin_charts
 from .admin_charts import Chart, Series
 from .models import TERMINAL_STATUSES, TaskStatus
-from .tasks import overview
+from .tasks import lifecycle, overview
+from .tools import effective
+from .tools.registry import registry
 
 if TYPE_CHECKING:
     from django.contrib.admin import ModelAdmin
@@ -65,6 +67,25 @@ class WindowPage:
     queue_waits: list[tuple[str, int, float | None, float | None]] = field(default_factory=list)
 
 
+def describe_controls(tool_name: str) -> str:
+    """A tool's execution controls in a line (its own with the site's), for operators."""
+    controls = effective.controls_for(tool_name)
+    parts = [f"queue {effective.queue_for(tool_name) or 'default'}"]
+    if controls.soft_time_limit:
+        parts.append(f"soft limit {controls.soft_time_limit:g} s")
+    if controls.time_limit:
+        parts.append(f"limit {controls.time_limit:g} s")
+    if controls.retries:
+        on = ", ".join(c.__name__ for c in controls.retry_on)
+        parts.append(
+            f"{controls.retries} retries on {on} (backoff {controls.retry_backoff:g} s, "
+            f"at most {controls.retry_backoff_max:g} s)"
+        )
+    if controls.concurrency:
+        parts.append(f"at most {controls.concurrency} at once ({lifecycle.slots_held(tool_name)} running)")
+    return "; ".join(parts)
+
+
 def overview_urls(model_admin: ModelAdmin[Any]) -> list[URLPattern]:
     """The page's URL, under the task admin's (``admin:mcptasks_task_overview``)."""
 
@@ -91,6 +112,7 @@ def overview_view(request: HttpRequest, model_admin: ModelAdmin[Any]) -> HttpRes
         "gauges": figures.gauges,
         "windows": [_window_page(w) for w in figures.windows],
         "elapsed_ms": elapsed_ms,
+        "tools": [(tool.name, describe_controls(tool.name)) for tool in registry.all() if tool.task != "never"],
     }
     return TemplateResponse(request, "admin/mcptasks/overview.html", context)
 
