@@ -40,8 +40,9 @@ def take(tool_name: str, limit: int, *, task_id: str, worker: str) -> int | None
     with transaction.atomic():
         candidates = ToolSlot.objects.filter(free, tool_name=tool_name, slot__lt=limit).order_by("slot")
         if _skip_locked():
-            candidates = candidates.select_for_update(skip_locked=True)
-        for slot in candidates[:limit]:
+            # Lock one free slot, passing over those other runs are taking.
+            candidates = candidates.select_for_update(skip_locked=True)[:1]
+        for slot in candidates:
             # Compare-and-set: only if nobody took it since it was read.
             taken = ToolSlot.objects.filter(free, pk=slot.pk, worker=slot.worker, expires_at=slot.expires_at).update(
                 task_id=task_id, worker=worker, expires_at=lease
