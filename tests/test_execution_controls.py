@@ -328,3 +328,31 @@ def test_a_waiting_run_of_a_cancelled_task_stops_waiting(temp_tool):
     assert run_task(task.id) == "waiting"
     assert lifecycle.cancel(task.id, actor="client:alice")
     assert run_task(task.id) == "skipped"
+
+
+def test_runs_taking_slots_at_once_never_get_more_than_the_limit():
+    """Twelve runs (threads, each with its own connection, like workers on
+    several hosts) take slots of a limit-3 tool at the same moment: three win."""
+    from mcptasks.tasks import slots
+
+    barrier = threading.Barrier(12)
+    won: list[int] = []
+    lock = threading.Lock()
+
+    def take(n: int) -> None:
+        try:
+            barrier.wait(10)
+            got = slots.take("contended", 3, task_id=f"t{n}", worker=f"w{n}")
+            if got is not None:
+                with lock:
+                    won.append(got)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=take, args=(n,)) for n in range(12)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert sorted(won) == [0, 1, 2]
+    assert slots.held("contended") == 3
