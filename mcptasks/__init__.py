@@ -19,7 +19,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .errors import INTERNAL_ERROR, INVALID_PARAMS, MissingCapability, ProtocolError, TaskCancelled, ToolError
+from .errors import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    MissingCapability,
+    ProtocolError,
+    SoftTimeLimitExceeded,
+    TaskCancelled,
+    ToolError,
+)
 from .tools.context import ToolContext, elicitation, roots, sampling
 from .tools.registry import prompt, registry, resource, resource_template, tool
 from .tools.results import ToolResult, audio, image, text
@@ -34,6 +42,7 @@ __all__ = [
     "INVALID_PARAMS",
     "MissingCapability",
     "ProtocolError",
+    "SoftTimeLimitExceeded",
     "TaskCancelled",
     "ToolContext",
     "ToolError",

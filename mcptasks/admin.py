@@ -26,14 +26,16 @@ from django.db import connections
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import URLPattern, reverse
+from django.utils import timezone
 from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
 from django.utils.http import url_has_allowed_host_and_scheme
 
 from .admin_display import OutcomeFilter, precise_time
-from .admin_overview import OverviewEntryAdmin, overview_urls
+from .admin_overview import OverviewEntryAdmin, describe_controls, overview_urls
 from .models import ACTIVE_STATUSES, TERMINAL_STATUSES, InputRequest, Task, TaskEvent, TaskOverview
 from .tasks import lifecycle, sql
+from .tools import effective
 from .tools.registry import registry
 
 #: Above this many matching rows the change list says "more than N" instead
@@ -269,6 +271,10 @@ class TaskAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # generic only in 
             "Execution",
             {
                 "fields": (
+                    "queue",
+                    "queue_wait",
+                    "tool_attempt",
+                    "tool_controls",
                     "attempts",
                     "dispatched",
                     "lease_owner",
@@ -390,6 +396,30 @@ class TaskAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # generic only in 
     @admin.display(description="error")
     def error_json(self, obj: Task) -> str:
         return pretty_json(obj.error)
+
+    @admin.display(description="queue")
+    def queue(self, obj: Task) -> str:
+        return effective.queue_for(obj.tool_name) or "(Celery's default queue)"
+
+    @admin.display(description="queue wait")
+    def queue_wait(self, obj: Task) -> str:
+        """To the first run's start; for a run not started yet, so far."""
+        if obj.started_at is not None:
+            return f"{(obj.started_at - obj.created_at).total_seconds():.3f} s"
+        if obj.status in ACTIVE_STATUSES:
+            return f"{(timezone.now() - obj.created_at).total_seconds():.1f} s so far (not started)"
+        return "-"
+
+    @admin.display(description="tool attempt")
+    def tool_attempt(self, obj: Task) -> str:
+        """The tool's attempts (retries on its ``retry_on``), not lost runs (``attempts``)."""
+        retries = lifecycle.tool_retries(obj.id)
+        allowed = effective.controls_for(obj.tool_name).retries
+        return f"{retries + 1} of at most {allowed + 1}" if allowed else str(retries + 1)
+
+    @admin.display(description="tool's controls")
+    def tool_controls(self, obj: Task) -> str:
+        return describe_controls(obj.tool_name)
 
     # The detail page: the actions as buttons. ----------------------------------------------
 

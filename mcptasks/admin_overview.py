@@ -10,7 +10,7 @@ the permission to view tasks. The figures come from
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +23,9 @@ from django.urls import URLPattern, path, reverse
 from . import admin_charts
 from .admin_charts import Chart, Series
 from .models import TERMINAL_STATUSES, TaskStatus
-from .tasks import overview
+from .tasks import lifecycle, overview
+from .tools import effective
+from .tools.registry import registry
 
 if TYPE_CHECKING:
     from django.contrib.admin import ModelAdmin
@@ -65,6 +67,27 @@ class WindowPage:
     tool_errors_other: int
     tool_errors_total: int
     computed_at: datetime | None
+    #: (queue, runs timed, p50 s, p95 s) of the window's queue waits, by queue.
+    queue_waits: list[tuple[str, int, float | None, float | None]] = field(default_factory=list)
+
+
+def describe_controls(tool_name: str) -> str:
+    """A tool's execution controls in a line (its own with the site's), for operators."""
+    controls = effective.controls_for(tool_name)
+    parts = [f"queue {effective.queue_for(tool_name) or 'default'}"]
+    if controls.soft_time_limit:
+        parts.append(f"soft limit {controls.soft_time_limit:g} s")
+    if controls.time_limit:
+        parts.append(f"limit {controls.time_limit:g} s")
+    if controls.retries:
+        on = ", ".join(c.__name__ for c in controls.retry_on)
+        parts.append(
+            f"{controls.retries} retries on {on} (backoff {controls.retry_backoff:g} s, "
+            f"at most {controls.retry_backoff_max:g} s)"
+        )
+    if controls.concurrency:
+        parts.append(f"at most {controls.concurrency} at once ({lifecycle.slots_held(tool_name)} running)")
+    return "; ".join(parts)
 
 
 def overview_urls(model_admin: ModelAdmin[Any]) -> list[URLPattern]:
@@ -123,6 +146,7 @@ def overview_view(request: HttpRequest, model_admin: ModelAdmin[Any]) -> HttpRes
         "gauges": figures.gauges,
         "windows": [_window_page(w) for w in figures.windows],
         "elapsed_ms": elapsed_ms,
+        "tools": [(tool.name, describe_controls(tool.name)) for tool in registry.all() if tool.task != "never"],
     }
     return TemplateResponse(request, "admin/mcptasks/overview.html", context)
 
@@ -167,6 +191,7 @@ def _window_page(figures: overview.WindowFigures) -> WindowPage:
         tool_errors_other=figures.tool_errors_other,
         tool_errors_total=figures.tool_errors_total,
         computed_at=figures.computed_at,
+        queue_waits=[(queue, p.count, p.p50, p.p95) for queue, p in figures.queue_wait_by_queue],
     )
 
 

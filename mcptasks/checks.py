@@ -26,6 +26,7 @@ W020    ``SCOPES`` set without ``AUTHORIZATION_SERVERS``: nobody is told where t
 W021    no protected resource metadata is routed for the endpoint
 W022    a same-site authorization server whose RFC 8414 metadata is not routed
 E030    ``TELEMETRY`` is not ``"off"``, ``"propagation"`` or ``"native"``
+E040    ``TOOL_CONTROLS`` names an unknown option, a wrong type or limits that contradict
 ======  ==========================================================================
 """
 
@@ -354,3 +355,17 @@ def check_telemetry(app_configs: Any = None, **kwargs: Any) -> list[Any]:
             id="mcptasks.E030",
         )
     ]
+
+
+@register(TAG)
+def check_tool_controls(app_configs: Any = None, **kwargs: Any) -> list[Any]:
+    """Each ``TOOL_CONTROLS`` entry: known options of the right types, over the
+    tool's own options without contradiction (a soft limit below the hard one,
+    retries with the exceptions to retry on)."""
+    try:
+        _mcp_settings()
+    except (TypeError, ValueError):
+        return []  # E000 says so
+    from .tools.effective import problems
+
+    return [Error(f"MCPTASKS TOOL_CONTROLS: {problem}", id="mcptasks.E040") for problem in problems()]

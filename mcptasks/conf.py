@@ -132,8 +132,13 @@ class MCPTasksSettings:
     #: -31000 with HTTP 429. A run counts until it ends, even after its client
     #: hung up, so a caller cannot fill ``INLINE_TOOL_THREADS`` alone.
     MAX_INLINE_RUNS_PER_OWNER: int | None = 8
-    #: Celery queue for tool runs.
+    #: Celery queue for tool runs (a tool's own ``queue`` goes first).
     CELERY_QUEUE: str | None = None
+    #: Execution controls per tool name, over the tool's own ``@tool(...)``
+    #: options: ``queue``, ``time_limit``, ``soft_time_limit``, ``retries``,
+    #: ``retry_on`` (dotted paths of exception classes), ``retry_backoff``,
+    #: ``retry_backoff_max`` (see mcptasks.tools.controls; checked by E040).
+    TOOL_CONTROLS: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: The site's Celery app for ``manage.py mcptasks run``, as ``celery -A``
     #: takes it (``"mysite"`` or ``"mysite.celery:app"``). ``None``: found from
     #: the settings module's package, as ``celery -A mysite`` would.
@@ -189,6 +194,8 @@ class MCPTasksSettings:
                 value = {str(k): tuple(v) for k, v in (value or {}).items()}
             if name == "THROTTLE_RATES":
                 value = dict(value or {})
+            if name == "TOOL_CONTROLS":
+                value = {str(k): v for k, v in (value or {}).items()}
             values[name] = value
         return replace(cls(), **values)
 

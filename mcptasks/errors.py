@@ -103,5 +103,26 @@ class TaskCancelled(ControlFlow):
     """The task was cancelled; the tool stops at its next check."""
 
 
+class SoftTimeLimitExceeded(ControlFlow):
+    """The run reached its tool's ``soft_time_limit``: raised where a cancel
+    would be (``ctx.sleep``, ``ctx.check_cancelled``, ``ctx.wait``). The tool
+    may catch it to clean up; let through, the task ends as a tool error
+    naming the limit."""
+
+    def __init__(self, limit: float) -> None:
+        super().__init__(f"the soft time limit of {limit:g} s was reached")
+        self.limit = limit
+
+
+class ToolRetry(ControlFlow):
+    """The tool raised ``error``, an exception of its ``retry_on``: the task
+    run may schedule another attempt (``invoke`` raises it, the worker
+    catches it)."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(f"{type(error).__name__}: {error}")
+        self.error = error
+
+
 class HandOff(ControlFlow):
     """The inline phase of a task tool is done: continue as a durable task."""

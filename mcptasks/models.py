@@ -214,6 +214,28 @@ class ActiveTaskCount(models.Model):
         return f"{self.owner} slot {self.slot}: {self.active:+d}"
 
 
+class ToolSlot(models.Model):
+    """One of the ``concurrency`` slots of a tool: a run holds it while its
+    tool runs, so that at most that many runs of the tool run at once across
+    every worker. ``expires_at`` follows the holder's lease (renewed with
+    it): a slot whose holder died comes free when it lapses. Rows are made
+    as a tool first needs them (``mcptasks.tasks.slots``)."""
+
+    id = models.BigAutoField(primary_key=True)
+    tool_name = models.CharField(max_length=200)
+    slot = models.IntegerField()
+    task_id = models.CharField(max_length=64, blank=True, default="")
+    #: The run holding it (its lease owner), or empty when free.
+    worker = models.CharField(max_length=255, blank=True, default="")
+    expires_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tool_name", "slot"], name="mcptasks_tool_slot")]
+
+    def __str__(self) -> str:
+        return f"{self.tool_name} slot {self.slot}: {self.worker or 'free'}"
+
+
 class InputRequestState(models.TextChoices):
     PENDING = "pending"
     ANSWERED = "answered"

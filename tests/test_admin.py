@@ -523,3 +523,29 @@ def test_a_viewer_sees_inputs_and_timeline_without_their_model_permissions(opera
     html = client.get(change_url(task)).content.decode()
     assert "Timeline (every transition" in html and "Input requests (" in html
     assert 'name="mcptasks_cancel_tasks"' not in html
+
+
+def test_detail_page_shows_the_tools_controls_the_queue_and_the_tools_attempt(admin_client):
+    @tool(
+        name="admin_test_controlled",
+        task="required",
+        queue="partner-api",
+        time_limit=30,
+        retries=2,
+        retry_on=(ConnectionError,),
+        retry_backoff=0,
+        concurrency=2,
+    )
+    def fn() -> str:
+        raise ConnectionError("down")
+
+    try:
+        task = make_task(tool="admin_test_controlled")
+        page = admin_client.get(change_url(task)).content.decode()
+        assert "partner-api" in page and "so far (not started)" in page and "1 of at most 3" in page
+        assert "limit 30 s; 2 retries on ConnectionError" in page and "at most 2 at once (0 running)" in page
+        assert execution.run_task(task.id) == "retrying"
+        page = admin_client.get(change_url(task)).content.decode()
+        assert "2 of at most 3" in page and "tool_retry" in page
+    finally:
+        registry.unregister("admin_test_controlled")

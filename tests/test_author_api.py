@@ -183,3 +183,30 @@ def test_registrations_wait_for_the_registry_lock(register):
     worker.join(10)
     assert not worker.is_alive()
     assert len(reg.resources) + len(reg.templates) + len(reg.prompts) == 1
+
+
+def test_tool_options_that_mypy_refuses(tmp_path):
+    """The execution controls are typed: a queue that is not a string, retries
+    or a concurrency that are not a count, retry_on that is not exception
+    classes are errors."""
+    site = tmp_path / "bad_controls.py"
+    site.write_text(
+        "from mcptasks import tool\n\n"
+        "@tool(queue=3)  # type: ignore[call-overload]\n"
+        "def a() -> int:\n    return 1\n\n"
+        "@tool(retries='2')  # type: ignore[call-overload]\n"
+        "def b() -> int:\n    return 1\n\n"
+        "@tool(retry_on=(str,))  # type: ignore[arg-type]\n"
+        "def c() -> int:\n    return 1\n\n"
+        "@tool(concurrency='2')  # type: ignore[call-overload]\n"
+        "def e() -> int:\n    return 1\n\n"
+        "@tool(time_limit=1.5, soft_time_limit=1, retry_on=[ValueError], retries=1, concurrency=3)\n"
+        "def d() -> int:\n    return 1\n\n"
+        "reveal_type(d)\n"
+    )
+    config = tmp_path / "mypy.ini"
+    config.write_text("[mypy]\nwarn_unused_ignores = True\nfollow_imports = silent\n")
+    command = [sys.executable, "-m", "mypy", "--config-file", str(config), "--cache-dir", str(tmp_path / "cache")]
+    out = subprocess.run([*command, str(site)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert 'Revealed type is "def () -> builtins.int"' in out.stdout, out.stdout + out.stderr
+    assert "error" not in out.stdout.replace("note:", ""), out.stdout

@@ -298,3 +298,22 @@ def test_stats_counts_statuses_tools_and_what_needs_attention():
 def test_stats_on_an_empty_table():
     out = mcptasks("stats")
     assert "working         0" in out and "oldest active task created: -" in out
+
+
+def test_queues_lists_each_tools_queue_limits_and_retries(settings):
+    @tool(name="cmd_test_render", task="required", queue="gpu", soft_time_limit=50, time_limit=60)
+    def render() -> str:
+        return "ok"
+
+    @tool(name="cmd_test_quote", task="required", retries=3, retry_on=(ConnectionError,))
+    def quote() -> str:
+        return "ok"
+
+    try:
+        settings.MCPTASKS = {**settings.MCPTASKS, "CELERY_QUEUE": "runs"}
+        lines = mcptasks("queues").splitlines()
+        assert "cmd_test_render: gpu (soft limit 50 s, limit 60 s)" in lines
+        assert "cmd_test_quote: runs (3 retries)" in lines
+    finally:
+        registry.unregister("cmd_test_render")
+        registry.unregister("cmd_test_quote")

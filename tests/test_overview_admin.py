@@ -168,3 +168,19 @@ def test_the_day_is_reused_for_a_while_and_the_hour_is_not(admin_client: Any):
     caches["default"].clear()
     day = admin_client.get(OVERVIEW).content.decode().split('id="window-day"', 1)[1]
     assert "1 created, 1 finished" in day
+
+
+def test_the_overview_lists_each_task_tools_controls_and_queue_waits_by_queue(admin_client: Any, settings: Any):
+    settings.MCPTASKS = {
+        **settings.MCPTASKS,
+        "CELERY_QUEUE": "runs",
+        "TOOL_CONTROLS": {"slow_compute": {"queue": "slow", "time_limit": 90, "concurrency": 3}},
+    }
+    make_task(tool="slow_compute")
+    make_task(tool="failing_job")
+    page = admin_client.get(OVERVIEW).content.decode()
+    assert "queue slow; limit 90 s; at most 3 at once (0 running)" in page
+    assert "queue runs" in page  # the other task tools, on the site's run queue
+    assert "Queue wait by queue" in page
+    assert re.search(r"<th scope=\"row\">slow</th><td>1</td>", page)
+    assert re.search(r"<th scope=\"row\">runs</th><td>1</td>", page)

@@ -215,3 +215,28 @@ def test_percentile_interpolates_like_percentile_cont():
     assert overview.percentile([1.0], 0.95) == 1.0
     assert overview.percentile([1.0, 2.0], 0.5) == 1.5
     assert overview.percentile([float(v) for v in range(1, 101)], 0.95) == pytest.approx(95.05)
+
+
+def test_queue_waits_are_split_by_the_queue_of_each_tools_runs(figures, settings):
+    """A tool's own queue (here set by the site), the site's run queue for
+    the others; a run still queued on a queue nobody consumes shows its wait so far."""
+    settings.MCPTASKS = {
+        **settings.MCPTASKS,
+        "CELERY_QUEUE": "runs",
+        "TOOL_CONTROLS": {"gpu_render": {"queue": "gpu"}},
+    }
+    now = timezone.now()
+    hour = overview.last_hour(now)
+    minute = hour.bucket_starts()
+    for k in (1, 2, 3):
+        task = completed_task()
+        stamp(task, created_at=minute[5], started_at=minute[5] + k * SECOND, finished_at=minute[6])
+    stuck = make_task(tool="gpu_render")
+    stamp(stuck, created_at=minute[50])
+
+    got = dict(figures(hour, now).queue_wait_by_queue)
+
+    assert set(got) == {"runs", "gpu"}
+    assert got["runs"] == overview.Percentiles(count=3, p50=pytest.approx(2.0), p95=pytest.approx(2.9))
+    waited = (now - minute[50]).total_seconds()
+    assert got["gpu"] == overview.Percentiles(count=1, p50=pytest.approx(waited), p95=pytest.approx(waited))

@@ -16,6 +16,7 @@ import pytest
 import redis
 
 from mcptasks.tasks import dispatch
+from mcptasks.tasks.dispatch import Route
 from mcptasks.worker import dispatch as worker_dispatch
 from mcptasks.worker.jobs import run_task
 from mcptasks.worker.messages import LoopPublisher, RunMessages, loop_sender
@@ -88,3 +89,22 @@ def test_a_redis_broker_sends_runs_from_the_loop(queue, monkeypatch):
     assert send is not None
     assert asyncio.run(send("task-c")) is True
     assert json.loads(base64.b64decode(_popped(queue)["body"]))[0] == ["task-c"]
+
+
+def test_a_tools_queue_and_hard_limit_are_in_the_message_as_apply_async_puts_them(queue):
+    own = f"{queue}-gpu"
+    try:
+        with run_task.app.connection_for_write(REDIS_URL) as connection:
+            run_task.apply_async(("task-d",), connection=connection, queue=own, time_limit=5.0)
+        sent = _popped(own)
+        built = json.loads(RunMessages(own).message("task-d", kill_after=5.0))
+        assert _without_ids(built) == _without_ids(sent)
+        assert built["headers"]["timelimit"] == [5.0, None]
+        # The loop's publisher sends each run to its route's queue.
+        publisher = LoopPublisher(RunMessages(), REDIS_URL)
+        assert asyncio.run(publisher.send("task-e", Route(own, kill_after=3.0))) is True
+        message = _popped(own)
+        assert json.loads(base64.b64decode(message["body"]))[0] == ["task-e"]
+        assert message["headers"]["timelimit"] == [3.0, None]
+    finally:
+        redis.Redis.from_url(REDIS_URL).delete(own)

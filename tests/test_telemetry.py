@@ -19,6 +19,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from mcptasks.models import Task
 from mcptasks.tasks import lifecycle
+from mcptasks.tasks.dispatch import Route
 from mcptasks.telemetry import bounds, metrics, runs, scrape, tracing
 from mcptasks.tools.registry import registry, tool
 from mcptasks.worker import dispatch, execution, queue_depth, runner
@@ -272,7 +273,7 @@ def test_the_queue_depth_gauge_reads_the_broker(otel):
     queue = queue_depth.run_queues()[0]
     task = make_task(tool="slow_compute")
     before = {o.attributes["messaging.destination.name"]: o.value for o in queue_depth.depths()}
-    dispatch.enqueue_run(task.id)
+    dispatch.enqueue_run(task.id, Route(queue))
     after = {o.attributes["messaging.destination.name"]: o.value for o in queue_depth.depths()}
     assert after[queue] == before.get(queue, 0) + 1
 
@@ -602,3 +603,36 @@ def test_a_row_s_stored_baggage_is_not_handed_to_the_run_unless_asked(otel, temp
     assert run(task.id) == "completed"
     assert seen == [{}]
     assert hex_trace(only(otel, "execute_tool note_row_baggage")) == CLIENT_TRACE
+
+
+def test_a_tool_retry_has_a_metric_of_its_own_and_runs_carry_their_queue_and_tool_attempt(otel, temp_tool):
+    @temp_tool(task="required", queue="partner-api", retries=1, retry_on=(ConnectionError,), retry_backoff=0)
+    def shaky_partner() -> str:
+        raise ConnectionError("try again")
+
+    task = make_task(tool="shaky_partner")
+    lost = otel.total("mcptasks.task.retried", **{"gen_ai.tool.name": "shaky_partner"})
+    assert run(task.id) == "retrying"
+    assert run(task.id) == "completed"
+    spans = otel.named("execute_tool shaky_partner")
+    assert [s.attributes["mcptasks.tool.attempt"] for s in spans] == [1, 2]
+    assert all(s.attributes["messaging.destination.name"] == "partner-api" for s in spans)
+    assert [s.attributes["mcptasks.run.attempt"] for s in spans] == [1, 1]  # no run was lost
+    name = {"gen_ai.tool.name": "shaky_partner", "messaging.destination.name": "partner-api"}
+    assert otel.total("mcptasks.task.tool_retries", **name) == 1
+    assert otel.total("mcptasks.task.retried", **{"gen_ai.tool.name": "shaky_partner"}) == lost
+    assert otel.total("mcptasks.task.queue.wait", **name) == 2
+
+
+def test_the_queue_depth_gauge_reads_each_tools_queue(otel, temp_tool, settings):
+    @temp_tool(task="required", queue="gpu-depth")
+    def gpu_depth_tool() -> str:
+        return "ok"
+
+    settings.MCPTASKS = {**settings.MCPTASKS, "TOOL_CONTROLS": {"not_registered": {"queue": "elsewhere"}}}
+    assert {"gpu-depth", "elsewhere"} <= set(queue_depth.run_queues())
+    task = make_task(tool="gpu_depth_tool")
+    before = {o.attributes["messaging.destination.name"]: o.value for o in queue_depth.depths()}
+    dispatch.enqueue_run(task.id, Route("gpu-depth"))
+    after = {o.attributes["messaging.destination.name"]: o.value for o in queue_depth.depths()}
+    assert after["gpu-depth"] == before.get("gpu-depth", 0) + 1

@@ -71,7 +71,7 @@ def create_task(
     announce(task.id, "", TaskStatus.WORKING, actor, EventKind.CREATED, task=task)
     metrics.task_created(tool_name)
     if enqueue:
-        enqueue_after_commit(task.id)
+        enqueue_after_commit(task.id, task.tool_name)
     return task
 
 
@@ -136,7 +136,7 @@ async def acreate_task(
     signals.task_created.send(sender=Task, task=task)
     announce_committed(task, "", actor, EventKind.CREATED)
     metrics.task_created(tool_name, committed=True)
-    await send(task.id)
+    await send(task.id, dispatch.route(tool_name))
     return task
 
 

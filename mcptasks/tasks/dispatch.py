@@ -1,7 +1,8 @@
 """The seam through which a task's run leaves the domain for a worker.
 
-The domain asks for a run with ``enqueue_run(task_id)`` after commit; it
-never imports the worker. The runtime that can send runs (Celery, in
+The domain asks for a run with ``enqueue_run(task_id, tool_name)`` after
+commit; it never imports the worker. The tool's controls give the run's
+route: its queue and the limit at which a prefork worker kills it. The runtime that can send runs (Celery, in
 ``mcptasks.worker.dispatch``) installs itself here when the app is ready,
 the same way notification publishing connects to ``mcptasks.signals``.
 """
@@ -11,16 +12,42 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 from django.db import transaction
 
+from ..models import Task
+from ..tools.controls import HARD_KILL_MARGIN_SECONDS
+from ..tools.effective import controls_for, queue_for
+
 logger = logging.getLogger("mcptasks.runtime")
 
+
+@dataclass(frozen=True)
+class Route:
+    """Where and how one run's message goes."""
+
+    #: The Celery queue (``None``: Celery's default queue).
+    queue: str | None = None
+    #: Celery's hard time limit for the message: the kill of a prefork
+    #: process whose run outlived its tool's ``time_limit`` (whose outcome
+    #: the run's own process has written by then).
+    kill_after: float | None = None
+    #: Seconds before the run is due (a retry's backoff).
+    countdown: float | None = None
+
+
+def route(tool_name: str, *, countdown: float | None = None) -> Route:
+    controls = controls_for(tool_name)
+    kill_after = controls.time_limit + HARD_KILL_MARGIN_SECONDS if controls.time_limit else None
+    return Route(queue_for(tool_name), kill_after, countdown)
+
+
 #: Sends one run of the task; returns whether the message was published.
-Sender = Callable[[str], bool]
+Sender = Callable[[str, Route], bool]
 
 #: The same on the event loop.
-LoopSender = Callable[[str], Awaitable[bool]]
+LoopSender = Callable[[str, Route], Awaitable[bool]]
 
 _sender: Sender | None = None
 #: Gives the loop's sender for the current configuration, or ``None``.
@@ -41,19 +68,32 @@ def loop_sender() -> LoopSender | None:
     return _loop_sender() if _loop_sender is not None else None
 
 
-def enqueue_run(task_id: str) -> bool:
-    """Send a run of ``task_id`` to a worker. ``False`` when it could not be
+def enqueue_run(task_id: str, tool_name: str | None = None, *, countdown: float | None = None) -> bool:
+    """Send a run of ``task_id`` (of the tool ``tool_name``, read from its
+    row when not given) to its tool's queue. ``False`` when it could not be
     sent: the row is durable, and the sweeper re-enqueues it later."""
     if task_id in _runs_here:
         return True
     if _sender is None:
         logger.warning("no runtime installed to run task %s; the sweeper will retry", task_id)
         return False
-    return _sender(task_id)
+    if tool_name is None:
+        tool_name = Task.objects.filter(pk=task_id).values_list("tool_name", flat=True).first()
+        if tool_name is None:  # deleted meanwhile: nothing to run
+            return False
+    return _sender(task_id, route(tool_name, countdown=countdown))
 
 
-def enqueue_after_commit(task_id: str) -> None:
-    transaction.on_commit(lambda: enqueue_run(task_id))
+def send_on_thread(task_id: str, route: Route) -> bool:
+    """The installed thread sender itself (the loop's sender falls back to
+    it, on a thread, for a route its template cannot follow)."""
+    if _sender is None:
+        return False
+    return _sender(task_id, route)
+
+
+def enqueue_after_commit(task_id: str, tool_name: str | None = None, *, countdown: float | None = None) -> None:
+    transaction.on_commit(lambda: enqueue_run(task_id, tool_name, countdown=countdown))
 
 
 @contextmanager

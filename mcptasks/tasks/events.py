@@ -34,6 +34,9 @@ class EventKind(StrEnum):
     RETRIED = "retried"
     RETRY_OF = "retry_of"
     RESULT_RETRIEVED = "result_retrieved"
+    #: The tool raised an exception it retries on: another attempt is due
+    #: later (a tool retry; ``retried`` is an operator's retry of a task).
+    TOOL_RETRY = "tool_retry"
 
 
 #: A change that is signalled but not recorded as an event.

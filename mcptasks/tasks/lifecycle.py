@@ -17,7 +17,24 @@ from .events import SYSTEM, EventKind, client_actor, operator_actor, worker_acto
 from .maintenance import REDISPATCH_BACKOFF_MAX_FACTOR, SweepReport, expire_now, prune_expired, sweep
 from .operator import RETRYABLE_STATUSES, audit_logger, note_result_retrieved, retry, retry_refusal
 from .quota import QUOTA_LOCK_MARGIN, TooManyActiveTasks, reconcile
-from .runs import Run, claim, heartbeat, held_leases, release, renew_leases, set_status_message, start_run
+from .runs import (
+    Run,
+    claim,
+    heartbeat,
+    held_leases,
+    release,
+    renew_leases,
+    schedule_retry,
+    set_status_message,
+    start_run,
+    tool_retries,
+    wait_for_slot,
+)
+from .slots import free as free_slot
+from .slots import held as slots_held
+from .slots import renew as renew_slots
+from .slots import take as take_slot
+from .slots import tool_name_of
 from .transitions import acancel, asubmit_input, cancel, complete, fail, finish_run, request_input, submit_input
 
 __all__ = [
@@ -43,6 +60,7 @@ __all__ = [
     "expire_now",
     "fail",
     "finish_run",
+    "free_slot",
     "heartbeat",
     "held_leases",
     "note_result_retrieved",
@@ -51,12 +69,19 @@ __all__ = [
     "reconcile",
     "release",
     "renew_leases",
+    "renew_slots",
     "request_input",
     "retry",
     "retry_refusal",
+    "schedule_retry",
     "set_status_message",
+    "slots_held",
     "start_run",
     "submit_input",
     "sweep",
+    "take_slot",
+    "tool_name_of",
+    "tool_retries",
+    "wait_for_slot",
     "worker_actor",
 ]

@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -38,11 +38,16 @@ from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone
 
+from ..conf import settings
 from ..models import ACTIVE_STATUSES, TERMINAL_STATUSES, ActiveTaskCount, Task, TaskStatus
+from ..tools import effective
+from ..tools.registry import registry
 from . import sql
 
 #: The statuses a creation is counted under, in the order charts stack them.
 CREATED_STATUSES: tuple[str, ...] = (*ACTIVE_STATUSES, *TERMINAL_STATUSES)
+#: How the overview names Celery's default queue (the domain does not read Celery's configuration).
+DEFAULT_QUEUE_LABEL = "(default)"
 #: How many tools the failures list names (the rest are summed as "other tools").
 TOP_TOOLS = 8
 #: The waiting gauge counts at most this many rows.
@@ -131,6 +136,8 @@ class WindowFigures:
     tool_errors_total: int = 0
     #: When they were computed (a cached window's may be older than the page).
     computed_at: datetime | None = None
+    #: (queue, queue wait over the window) for each queue runs went to, by name.
+    queue_wait_by_queue: list[tuple[str, Percentiles]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -242,6 +249,14 @@ def _figures_sql(win: Window, now: datetime) -> WindowFigures:
             tool_errors[tool_name] = errored
     top, other, total = _top_tools(failures)
     errors_top, errors_other, errors_total = _top_tools(tool_errors)
+    tools, default = _routes()
+    by_queue = [
+        (queue, Percentiles(count=timed, p50=quantiles[0], p95=quantiles[1]) if timed else Percentiles())
+        for queue, timed, quantiles in sql.execute(
+            "overview_queue_wait",
+            {**span, "now": now, "tools": list(tools), "queues": list(tools.values()), "default": default},
+        ).fetchall()
+    ]
     return WindowFigures(
         window=win,
         created=created,
@@ -257,7 +272,17 @@ def _figures_sql(win: Window, now: datetime) -> WindowFigures:
         tool_errors_other=errors_other,
         tool_errors_total=errors_total,
         computed_at=now,
+        queue_wait_by_queue=by_queue,
     )
+
+
+def _routes() -> tuple[dict[str, str], str]:
+    """Each known tool's queue (the registry's and ``TOOL_CONTROLS``'), and
+    the name of the queue of any other tool (``CELERY_QUEUE``, else Celery's
+    default queue, shown as "(default)")."""
+    default = settings.CELERY_QUEUE or DEFAULT_QUEUE_LABEL
+    names = [t.name for t in registry.all()] + list(settings.TOOL_CONTROLS)
+    return {name: effective.queue_for(name) or default for name in names}, default
 
 
 def _scan_sql(
@@ -293,13 +318,17 @@ def _figures_rows(win: Window, now: datetime) -> WindowFigures:
     failures: dict[str, int] = {}
     tool_errors: dict[str, int] = {}
 
+    routes, default = _routes()
+    by_queue: dict[str, list[float]] = {}
     made = Task.objects.filter(created_at__gte=win.start, created_at__lt=win.end).order_by()
-    for created_at, status, started_at, finished_at in made.values_list(
-        "created_at", "status", "started_at", "finished_at"
+    for created_at, status, started_at, finished_at, tool_name in made.values_list(
+        "created_at", "status", "started_at", "finished_at", "tool_name"
     ).iterator():
         bucket = win.bucket_of(created_at)
         created[status][bucket] += 1
-        waits[bucket].append(((started_at or finished_at or now) - created_at).total_seconds())
+        wait = ((started_at or finished_at or now) - created_at).total_seconds()
+        waits[bucket].append(wait)
+        by_queue.setdefault(routes.get(tool_name, default), []).append(wait)
 
     ended = Task.objects.filter(finished_at__gte=win.start, finished_at__lt=win.end).order_by()
     for finished_at, status, started_at, tool_name, tool_error in ended.values_list(
@@ -332,4 +361,5 @@ def _figures_rows(win: Window, now: datetime) -> WindowFigures:
         tool_errors_other=errors_other,
         tool_errors_total=errors_total,
         computed_at=now,
+        queue_wait_by_queue=[(queue, percentiles(values)) for queue, values in sorted(by_queue.items())],
     )

@@ -226,6 +226,42 @@ RETURNING id, owner, tool_name, era, status, status_message, result, error,
           created_at, updated_at, ttl_ms, poll_interval_ms, outcome_read_at;
 
 
+-- name: run_retry
+-- A run whose tool raised a declared exception gives its lease back for a
+-- later attempt: still ``working``, no lease, due at ``due`` (the sweeper
+-- waits for that before it takes the task for unclaimed), the status message
+-- saying when, the ``tool_retry`` event. Not a lost run: ``attempts`` (runs
+-- lost to dead workers) takes back the claim's count.
+WITH retried AS (
+    UPDATE mcptasks_task
+    SET lease_owner = '', lease_expires_at = NULL, attempts = attempts - 1, dispatched_at = %(due)s,
+        status_message = %(message)s, updated_at = %(now)s
+    WHERE id = %(task_id)s AND status = %(working)s AND lease_owner = %(worker)s
+    RETURNING id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
+              result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
+              dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at,
+              started_at, finished_at, snapshot_watched, trace_context, tool_error
+), recorded AS (
+    INSERT INTO mcptasks_taskevent (task_id, at, kind, from_status, to_status, actor, detail)
+    SELECT id, %(now)s, %(kind)s, '', '', %(actor)s, %(detail)s FROM retried
+)
+SELECT * FROM retried;
+
+-- name: run_slot_wait
+-- A run found every slot of its tool held: the task, not claimed, waits
+-- ``working`` for a later try at ``due`` (the sweeper waits for that before
+-- it takes the task for unclaimed), its status message saying so.
+-- ``updated_at`` moves only when the message changes.
+UPDATE mcptasks_task
+SET dispatched_at = %(due)s, status_message = %(message)s,
+    updated_at = CASE WHEN status_message = %(message)s THEN updated_at ELSE %(now)s END
+WHERE id = %(task_id)s AND status = %(working)s AND (lease_expires_at IS NULL OR lease_expires_at < %(now)s)
+RETURNING id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
+          result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
+          dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at,
+          started_at, finished_at, snapshot_watched, trace_context, tool_error;
+
+
 -- name: task_end
 -- An active task ended from outside its run: ``cancelled`` (by its client
 -- or an operator) or ``failed`` (by the system; with ``lapsed_at``, only
@@ -456,3 +492,48 @@ GROUP BY GROUPING SETS ((bucket), ());
 SELECT tool_name, COUNT(*) FILTER (WHERE NOT tool_error), COUNT(*) FILTER (WHERE tool_error) FROM mcptasks_task
 WHERE finished_at >= %(start)s AND finished_at < %(end)s AND (status = %(failed)s OR tool_error)
 GROUP BY 1;
+
+-- name: slot_rows
+-- A tool's concurrency slots 0..limit-1, made once (a lower limit later
+-- leaves the rows above it unused).
+INSERT INTO mcptasks_toolslot (tool_name, slot, task_id, worker, expires_at)
+SELECT %(tool)s, n, '', '', NULL FROM generate_series(0, %(limit)s::int - 1) AS n
+ON CONFLICT (tool_name, slot) DO NOTHING;
+
+-- name: slot_take
+-- A run takes a free slot of its tool (never held, released, or its
+-- holder's lease lapsed). SKIP LOCKED passes over a slot another run is
+-- taking; FOR UPDATE re-checks a slot taken since this statement began.
+UPDATE mcptasks_toolslot SET task_id = %(task_id)s, worker = %(worker)s, expires_at = %(lease)s
+WHERE id = (
+    SELECT id FROM mcptasks_toolslot
+    WHERE tool_name = %(tool)s AND slot < %(limit)s AND (expires_at IS NULL OR expires_at < %(now)s)
+    ORDER BY slot LIMIT 1 FOR UPDATE SKIP LOCKED
+)
+RETURNING slot;
+
+-- name: slot_renew
+-- The slots of these runs follow their leases.
+UPDATE mcptasks_toolslot SET expires_at = %(lease)s WHERE worker = ANY(%(workers)s);
+
+-- name: slot_free
+-- A run gives its slot back.
+UPDATE mcptasks_toolslot SET task_id = '', worker = '', expires_at = NULL WHERE worker = %(worker)s;
+
+
+-- name: overview_queue_wait
+-- Tasks created in the window: p50/p95 of their queue wait (as
+-- ``overview_created`` times it) by the queue their tool's runs go to
+-- (``tools``/``queues`` pair each tool with its queue; a tool not named
+-- there goes to ``default``).
+SELECT COALESCE(routes.queue, %(default)s) AS queue, COUNT(seconds),
+       percentile_cont(ARRAY[0.5, 0.95]) WITHIN GROUP (ORDER BY seconds)
+FROM (
+    SELECT tool_name,
+           date_part('epoch', COALESCE(started_at, finished_at, %(now)s::timestamptz) - created_at) AS seconds
+    FROM mcptasks_task
+    WHERE created_at >= %(start)s::timestamptz AND created_at < %(end)s::timestamptz
+) AS timed
+LEFT JOIN unnest(%(tools)s::text[], %(queues)s::text[]) AS routes (tool, queue) ON routes.tool = timed.tool_name
+GROUP BY 1
+ORDER BY 1;

@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from ..conf import settings
 from ..errors import INTERNAL_ERROR
-from ..models import InputRequest, InputRequestState, Task, TaskStatus
+from ..models import InputRequest, InputRequestState, Task, TaskEvent, TaskStatus
 from . import sql
 from .events import STATUS_MESSAGE, SYSTEM, EventKind, announce, announce_committed, record_event, worker_actor
 from .transitions import fail
@@ -184,3 +184,95 @@ def release(task_id: str, *, worker: str) -> None:
     Task.objects.filter(pk=task_id, lease_owner=worker).update(
         lease_expires_at=None, lease_owner="", attempts=F("attempts") - 1, dispatched_at=now
     )
+
+
+def tool_retries(task_id: str) -> int:
+    """How many tool retries the task has had (its ``tool_retry`` events)."""
+    return TaskEvent.objects.filter(task_id=task_id, kind=EventKind.TOOL_RETRY).count()
+
+
+def schedule_retry(task_id: str, *, worker: str, attempt: int, delay: float, error: str) -> bool:
+    """The run's tool raised an exception it retries on: give the lease back
+    with attempt ``attempt`` due in ``delay`` seconds (the task stays
+    ``working``, its status message says when and why, a ``tool_retry``
+    event records it). Only while ``worker`` holds the lease, so a run
+    cancelled meanwhile is not retried. The caller sends the delayed run
+    once this commits. ``attempts`` (lost runs, ``MAX_ATTEMPTS``) does not
+    count it. On Postgres one statement (``run_retry``)."""
+    now = timezone.now()
+    due = now + timedelta(seconds=delay)
+    error = error[:200]
+    message = f"Attempt {attempt} at {due:%H:%M:%S} UTC (in {delay:.1f} s), after {error}"
+    detail = {"attempt": attempt, "delay": round(delay, 3), "error": error}
+    actor = worker_actor(worker)
+    if sql.single_statement():
+        params = {
+            "task_id": task_id,
+            "worker": worker,
+            "working": TaskStatus.WORKING.value,
+            "now": now,
+            "due": due,
+            "message": message,
+            "kind": EventKind.TOOL_RETRY.value,
+            "actor": actor,
+            "detail": sql.db_value(TaskEvent, "detail", detail),
+        }
+        cursor = sql.execute("run_retry", params)
+        row = cursor.fetchone()
+        if row is None:
+            return False
+        task = Task.objects.from_row(sql.column_names(cursor), row)
+        announce(task_id, TaskStatus.WORKING, TaskStatus.WORKING, actor, STATUS_MESSAGE, task=task)
+        return True
+    with transaction.atomic():
+        moved = Task.objects.filter(pk=task_id, status=TaskStatus.WORKING, lease_owner=worker).update(
+            lease_owner="",
+            lease_expires_at=None,
+            attempts=F("attempts") - 1,
+            dispatched_at=due,
+            status_message=message,
+            updated_at=now,
+        )
+        if not moved:
+            return False
+        record_event(task_id, EventKind.TOOL_RETRY, actor, now=now, detail=detail)
+        announce(task_id, TaskStatus.WORKING, TaskStatus.WORKING, actor, STATUS_MESSAGE)
+    return True
+
+
+def wait_for_slot(task_id: str, *, delay: float, message: str) -> bool:
+    """Every concurrency slot of the task's tool is held: the task, which no
+    run claimed, stays ``working`` with its next try due in ``delay``
+    seconds and ``message`` as its status (listeners hear of it when the
+    message changes). ``False`` when the task is no longer waiting to run
+    (finished, cancelled, asking, or running elsewhere): nothing to retry.
+    On Postgres one statement (``run_slot_wait``)."""
+    now = timezone.now()
+    due = now + timedelta(seconds=delay)
+    if sql.single_statement():
+        params = {
+            "task_id": task_id,
+            "working": TaskStatus.WORKING.value,
+            "now": now,
+            "due": due,
+            "message": message,
+        }
+        cursor = sql.execute("run_slot_wait", params)
+        row = cursor.fetchone()
+        if row is None:
+            return False
+        task = Task.objects.from_row(sql.column_names(cursor), row)
+        if task.updated_at == now:
+            announce(task_id, TaskStatus.WORKING, TaskStatus.WORKING, SYSTEM, STATUS_MESSAGE, task=task)
+        return True
+    with transaction.atomic():
+        waiting = Task.objects.filter(pk=task_id, status=TaskStatus.WORKING).filter(
+            Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=now)
+        )
+        changed = waiting.exclude(status_message=message).update(
+            dispatched_at=due, status_message=message, updated_at=now
+        )
+        if changed:
+            announce(task_id, TaskStatus.WORKING, TaskStatus.WORKING, SYSTEM, STATUS_MESSAGE)
+            return True
+        return bool(waiting.update(dispatched_at=due))

@@ -41,7 +41,7 @@ from ..telemetry import metrics
 from ..tools.context import validate_input_response
 from ..tools.results import is_tool_error
 from . import quota, sql
-from .dispatch import enqueue_after_commit, loop_sender
+from .dispatch import enqueue_after_commit, loop_sender, route
 from .events import EventKind, announce, announce_committed, record_event, worker_actor
 
 #: The status rule: the statuses each status may move to. A terminal status
@@ -369,7 +369,7 @@ async def asubmit_input(task_id: str, responses: Mapping[str, Any], *, actor: st
         announce_committed(task, locked[0], actor, EventKind.TRANSITION)
         send = loop_sender()
         assert send is not None, "the caller checks that a loop sender is installed"
-        await send(task_id)
+        await send(task_id, route(task.tool_name))
     else:
         remaining = {key: asked for key, asked in pending.items() if key not in accepted}
         announce_committed(task, locked[0], actor, EventKind.INPUT, pending=remaining)

@@ -45,6 +45,7 @@ class Instruments:
     cancelled: Counter
     expired: Counter
     retried: Counter
+    tool_retries: Counter
     run_duration: Histogram
     queue_wait: Histogram
 
@@ -75,6 +76,9 @@ def instruments() -> Instruments:
         cancelled=counter("mcptasks.task.cancelled", "{task}", "Tasks that ended cancelled"),
         expired=counter("mcptasks.task.expired", "{task}", "Finished tasks pruned when their TTL ran out"),
         retried=counter("mcptasks.task.retried", "{run}", "Runs started again after a run was lost"),
+        tool_retries=counter(
+            "mcptasks.task.tool_retries", "{retry}", "Attempts scheduled after a tool raised an exception it retries on"
+        ),
         run_duration=seconds("mcptasks.task.run.duration", "One run of a task, from its start to its end"),
         queue_wait=seconds("mcptasks.task.queue.wait", "From a task's creation (or resumption) to its run's start"),
     )
@@ -125,14 +129,22 @@ def tasks_expired(count: int) -> None:
         instruments().expired.add(count)
 
 
-def run_started(tool: str, attempt: int, wait_seconds: float | None) -> None:
+def run_started(tool: str, attempt: int, wait_seconds: float | None, queue: str | None = None) -> None:
     i = instruments()
     attributes = {n.TOOL_NAME: bounds.tool(tool)}
     i.started.add(1, attributes)
     if attempt > 1:
         i.retried.add(1, attributes)
     if wait_seconds is not None:
-        i.queue_wait.record(max(0.0, wait_seconds), attributes)
+        waited = {**attributes, n.QUEUE_NAME: queue} if queue else attributes
+        i.queue_wait.record(max(0.0, wait_seconds), waited)
+
+
+def tool_retry(tool: str, queue: str | None) -> None:
+    """A tool raised an exception it retries on: another attempt is scheduled."""
+    if settings.TELEMETRY == NATIVE:
+        attributes = {n.TOOL_NAME: tool, n.QUEUE_NAME: queue} if queue else {n.TOOL_NAME: tool}
+        instruments().tool_retries.add(1, attributes)
 
 
 def run_finished(tool: str, outcome: str, seconds: float) -> None:

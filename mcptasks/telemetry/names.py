@@ -22,6 +22,8 @@ QUEUE_NAME = "messaging.destination.name"
 TASK_ID = "mcptasks.task.id"
 TASK_STATUS = "mcptasks.task.status"
 RUN_ATTEMPT = "mcptasks.run.attempt"
+#: The tool's attempt (1, then 2... after retries on its ``retry_on``); not a lost run's count.
+TOOL_ATTEMPT = "mcptasks.tool.attempt"
 RUN_OUTCOME = "mcptasks.run.outcome"
 #: A finished task's outcome on the task counters: ``success``,
 #: ``tool_error`` (``TOOL_ERROR``: the tool's ``isError`` result, whatever the

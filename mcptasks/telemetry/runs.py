@@ -67,9 +67,11 @@ def traced(run: Callable[[str], str], task_id: str) -> str:
         _finish(state, outcome)
 
 
-def started(task: Task, answers: Mapping[str, Any]) -> None:
+def started(task: Task, answers: Mapping[str, Any], *, queue: str | None = None, tool_attempt: int = 1) -> None:
     """The run claimed ``task``: open its span under the creating request's
-    trace (``native``) or make that trace current (``propagation``)."""
+    trace (``native``) or make that trace current (``propagation``). The
+    span and the queue wait carry the run's ``queue``; the span, the tool's
+    attempt (retries on its ``retry_on``)."""
     state = _current.get()
     if state is None:
         return  # not inside traced(): nothing would end a span
@@ -83,14 +85,17 @@ def started(task: Task, answers: Mapping[str, Any]) -> None:
     # (both set ``dispatched_at``); a run redelivered after a lost one has none.
     queued = task.dispatched_at or task.created_at
     wait = (timezone.now() - queued).total_seconds() if task.attempts <= 1 else None
-    metrics.run_started(task.tool_name, task.attempts, wait)
+    metrics.run_started(task.tool_name, task.attempts, wait, queue)
     tool = bounds.tool(task.tool_name)
     attributes: dict[str, AttributeValue] = {
         n.TOOL_NAME: tool,
         n.OPERATION_NAME: n.EXECUTE_TOOL,
         n.TASK_ID: bounds.identifier(task.id),
         n.RUN_ATTEMPT: task.attempts,
+        n.TOOL_ATTEMPT: tool_attempt,
     }
+    if queue:
+        attributes[n.QUEUE_NAME] = queue
     links: list[Link] = []
     outer = trace.get_current_span().get_span_context()
     if outer.is_valid:

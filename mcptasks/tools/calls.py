@@ -30,6 +30,8 @@ def tool_context(
     on_status: Callable[[str], object] | None = None,
     on_progress: Callable[[str, dict[str, Any]], object] | None = None,
     can_hand_off: bool = False,
+    soft_time_limit: float | None = None,
+    attempt: int = 1,
 ) -> ToolContext:
     """The context of one run.
 
@@ -54,6 +56,8 @@ def tool_context(
         log_level=log_level if notify is not None else None,
         in_task=task_id is not None,
         can_hand_off=can_hand_off,
+        soft_time_limit=soft_time_limit,
+        attempt=attempt,
     )
 
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import HandOff, InputNeeded, InvalidParams, MissingCapability, TaskCancelled
+from ..errors import HandOff, InputNeeded, InvalidParams, MissingCapability, SoftTimeLimitExceeded, TaskCancelled
 
 LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 
@@ -110,6 +110,8 @@ class ToolContext:
         log_level: str | None = None,
         in_task: bool = False,
         can_hand_off: bool = False,
+        soft_time_limit: float | None = None,
+        attempt: int = 1,
     ) -> None:
         self.owner = owner
         self._user = user
@@ -125,6 +127,11 @@ class ToolContext:
         self.progress_token = progress_token
         self.log_level = log_level if log_level in LOG_LEVELS else None
         self._can_hand_off = can_hand_off
+        #: Which attempt of the tool this run is (1, then 2... after retries on ``retry_on``).
+        self.attempt = attempt
+        #: The tool's soft time limit (seconds) and when, on the monotonic clock, the run reaches it.
+        self._soft_limit = soft_time_limit
+        self._soft_deadline = None if soft_time_limit is None else time.monotonic() + soft_time_limit
         self._counters: dict[str, int] = {}
         #: Questions asked in this run, by key (for requestState and replay).
         self.asked: dict[str, Question] = {}
@@ -259,17 +266,33 @@ class ToolContext:
 
     @property
     def cancelled(self) -> bool:
-        return self._cancel_event.is_set()
+        """Whether the tool should stop: the task was cancelled, or the run
+        reached its soft time limit."""
+        return self._cancel_event.is_set() or self._past_soft_limit()
+
+    def _past_soft_limit(self) -> bool:
+        return self._soft_deadline is not None and time.monotonic() >= self._soft_deadline
 
     def check_cancelled(self) -> None:
-        """Stop here if the task was cancelled."""
+        """Stop here if the task was cancelled (``TaskCancelled``) or the run
+        reached its soft time limit (``SoftTimeLimitExceeded``)."""
         if self._cancel_event.is_set():
             raise TaskCancelled()
+        if self._past_soft_limit():
+            assert self._soft_limit is not None
+            raise SoftTimeLimitExceeded(self._soft_limit)
 
     def sleep(self, seconds: float) -> None:
-        """Sleep, waking at once (with ``TaskCancelled``) if the task is cancelled."""
-        if self._cancel_event.wait(timeout=max(0.0, float(seconds))):
-            raise TaskCancelled()
+        """Sleep, waking at once if the task is cancelled (``TaskCancelled``)
+        or the run reaches its soft time limit (``SoftTimeLimitExceeded``)."""
+        end = time.monotonic() + max(0.0, float(seconds))
+        while True:
+            self.check_cancelled()
+            now = time.monotonic()
+            if now >= end:
+                return
+            until = end if self._soft_deadline is None else min(end, self._soft_deadline)
+            self._cancel_event.wait(timeout=max(0.0, until - now))
 
     def wait(self, event: threading.Event, timeout: float | None = None) -> bool:
         """Wait for ``event`` unless cancelled first; returns whether it was set."""

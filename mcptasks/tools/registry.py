@@ -34,6 +34,7 @@ import pydantic
 from .. import signals
 from ..errors import InvalidParams
 from ..telemetry import bounds
+from .controls import ToolControls, check
 from .signatures import build_input_model, clean_schema, header_params, takes_context
 
 TaskMode = Literal["never", "optional", "required", "auto"]
@@ -66,6 +67,9 @@ class Tool:
     #: OAuth scopes a caller's token needs for this tool and its tasks
     #: (on top of ``MCPTASKS["SCOPES"]``; see mcptasks.protocol.authorization).
     scopes: tuple[str, ...] = ()
+    #: Queue, time limits and retries of its task runs (``controls_for``
+    #: adds the site's ``TOOL_CONTROLS`` over these).
+    controls: ToolControls = field(default_factory=ToolControls)
 
     def validate_arguments(self, arguments: Any) -> dict[str, Any]:
         """Validated keyword arguments, or ``InvalidParams`` saying what is wrong."""
@@ -259,6 +263,14 @@ def tool(
     meta: dict[str, Any] | None = None,
     starts_inline: bool = False,
     scopes: Iterable[str] = (),
+    queue: str | None = None,
+    time_limit: float | None = None,
+    soft_time_limit: float | None = None,
+    retries: int = 0,
+    retry_on: Iterable[type[Exception]] = (),
+    retry_backoff: float = 1.0,
+    retry_backoff_max: float = 600.0,
+    concurrency: int | None = None,
     registry: Registry = registry,
 ) -> Callable[[F], F]: ...
 
@@ -278,6 +290,14 @@ def tool(
     meta: dict[str, Any] | None = None,
     starts_inline: bool = False,
     scopes: Iterable[str] = (),
+    queue: str | None = None,
+    time_limit: float | None = None,
+    soft_time_limit: float | None = None,
+    retries: int = 0,
+    retry_on: Iterable[type[Exception]] = (),
+    retry_backoff: float = 1.0,
+    retry_backoff_max: float = 600.0,
+    concurrency: int | None = None,
     registry: Registry = registry,
 ) -> F | Callable[[F], F]:
     """Register ``fn`` as a tool. Usable bare (``@tool``) or with options
@@ -298,12 +318,33 @@ def tool(
     ``input_schema`` replaces the schema derived from the type hints for
     display only (for example, to add ``x-mcp-header``); arguments are still
     validated against the hints.
+
+    The execution controls apply to the tool's task runs (docs: "Writing
+    tools"): ``queue`` sends them to a Celery queue of their own;
+    ``soft_time_limit`` (seconds) tells the tool with ``SoftTimeLimitExceeded``
+    (at ``ctx.sleep``, ``ctx.check_cancelled``; ``ctx.cancelled`` turns true)
+    and ``time_limit`` stops the run, the task ending as a tool error naming
+    the limit; ``retries`` more attempts follow an exception of ``retry_on``,
+    after ``retry_backoff`` seconds doubling up to ``retry_backoff_max``,
+    with jitter; ``concurrency`` caps the runs of the tool at once across
+    every worker (a run over it waits without holding a worker process).
     """
     if task not in TASK_MODES:
         raise ValueError(f"task must be one of {TASK_MODES}, not {task!r}")
+    controls = ToolControls(
+        queue=queue,
+        time_limit=time_limit,
+        soft_time_limit=soft_time_limit,
+        retries=retries,
+        retry_on=tuple(retry_on),
+        retry_backoff=retry_backoff,
+        retry_backoff_max=retry_backoff_max,
+        concurrency=concurrency,
+    )
 
     def decorate(func: F) -> F:
         tool_name = name or func.__name__
+        check(tool_name, controls)
         model, wants_context = build_input_model(func, tool_name)
         schema = input_schema or clean_schema(model.model_json_schema())
         schema.setdefault("type", "object")
@@ -328,6 +369,7 @@ def tool(
                 header_params=header_params(schema, tool_name),
                 meta=dict(meta or {}),
                 scopes=(scopes,) if isinstance(scopes, str) else tuple(scopes),
+                controls=controls,
             )
         )
         return func

@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ..conf import settings
 from ..tasks import dispatch
 from . import brokers
 from .jobs import run_task
@@ -40,10 +39,14 @@ def _check_broker() -> None:
     _broker_checked = True
 
 
-def enqueue_run(task_id: str) -> bool:
+def enqueue_run(task_id: str, route: dispatch.Route) -> bool:
     if not _broker_checked:
         _check_broker()
-    options: dict[str, Any] = {"queue": settings.CELERY_QUEUE} if settings.CELERY_QUEUE else {}
+    options: dict[str, Any] = {"queue": route.queue} if route.queue else {}
+    if route.kill_after:
+        options["time_limit"] = route.kill_after
+    if route.countdown:
+        options["countdown"] = route.countdown
     try:
         # A short retry: after a broker restart the pooled connection is dead,
         # and kombu reconnects only when it retries.

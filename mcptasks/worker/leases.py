@@ -16,6 +16,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 
 from django.db import connection
 
@@ -36,15 +37,30 @@ class LeaseMonitor:
         self._pid = os.getpid()
         self._lock = threading.Lock()
         self._runs: dict[str, tuple[str, threading.Event]] = {}  # worker -> (task id, cancel event)
+        #: The runs holding a concurrency slot, renewed with their leases.
+        self._slotted: set[str] = set()
+        #: worker -> (monotonic deadline, what to do then): a run's hard time limit.
+        self._deadlines: dict[str, tuple[float, Callable[[], object]]] = {}
         self._wake = threading.Event()  # set when a run arrives while the thread waits for one
         self._waiting = False
         self._thread: threading.Thread | None = None
 
-    def watch(self, task_id: str, worker: str, cancel_event: threading.Event) -> None:
+    def watch(
+        self,
+        task_id: str,
+        worker: str,
+        cancel_event: threading.Event,
+        deadline: tuple[float, Callable[[], object]] | None = None,
+    ) -> None:
+        """Watch a run; with a ``deadline`` (monotonic time, action), the
+        action runs on this thread once that time has passed, if the run is
+        still watched then (its hard time limit)."""
         if self._pid != os.getpid():  # forked: the parent's thread did not come along
             self._reset()
         with self._lock:
             self._runs[worker] = (task_id, cancel_event)
+            if deadline is not None:
+                self._deadlines[worker] = deadline
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._loop, name="mcptasks-leases", daemon=True)
                 self._thread.start()
@@ -52,11 +68,20 @@ class LeaseMonitor:
                 self._waiting = False
                 self._wake.set()
 
+    def hold_slot(self, worker: str) -> None:
+        """The run ``worker`` (watched next) holds a concurrency slot."""
+        if self._pid != os.getpid():
+            self._reset()
+        with self._lock:
+            self._slotted.add(worker)
+
     def forget(self, worker: str) -> None:
         # No wake-up: the next tick finds the run gone (back-to-back short
         # runs would otherwise wake the thread twice each).
         with self._lock:
             self._runs.pop(worker, None)
+            self._deadlines.pop(worker, None)
+            self._slotted.discard(worker)
 
     def watched(self) -> int:
         with self._lock:
@@ -77,6 +102,7 @@ class LeaseMonitor:
                 next_beat = time.monotonic() + settings.HEARTBEAT_SECONDS
                 continue
             time.sleep(settings.CANCEL_POLL_SECONDS)
+            self._run_deadlines()
             with self._lock:
                 runs = {worker: task_id for worker, (task_id, _) in self._runs.items()}
             if not runs:
@@ -85,6 +111,9 @@ class LeaseMonitor:
                 if time.monotonic() >= next_beat:
                     next_beat = time.monotonic() + settings.HEARTBEAT_SECONDS
                     held = lifecycle.renew_leases(runs)
+                    with self._lock:
+                        slotted = [worker for worker in self._slotted if worker in held]
+                    lifecycle.renew_slots(slotted)
                 else:
                     held = lifecycle.held_leases(runs)
             except Exception:  # the database blipped: try again next tick
@@ -92,6 +121,18 @@ class LeaseMonitor:
                 connection.close()
                 continue
             self._stop_lost(set(runs) - held)
+
+    def _run_deadlines(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            due = [w for w, (at, _) in self._deadlines.items() if at <= now]
+            actions = [(w, self._deadlines.pop(w)[1]) for w in due]
+        for worker, action in actions:
+            try:
+                action()
+            except Exception:  # the lease then lapses and the sweeper recovers the task
+                logger.warning("the time limit of run %s could not be applied", worker, exc_info=True)
+                connection.close()
 
     def _stop_lost(self, lost: set[str]) -> None:
         with self._lock:

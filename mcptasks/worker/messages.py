@@ -29,6 +29,7 @@ from typing import Any
 from kombu.utils.json import dumps
 
 from ..conf import settings
+from ..tasks import dispatch
 from .jobs import run_task
 
 logger = logging.getLogger("mcptasks.runtime")
@@ -37,13 +38,15 @@ _PROBE = "mcptasks-probe"
 
 
 class RunMessages:
-    """The template of ``run_task``'s messages for the configured queue."""
+    """The template of ``run_task``'s messages for one queue (``None``: the
+    site's ``CELERY_QUEUE``, else Celery's default route)."""
 
-    def __init__(self) -> None:
+    def __init__(self, queue_name: str | None = None) -> None:
         app = run_task.app
         options: dict[str, Any] = dict(run_task._get_exec_options())  # type: ignore[attr-defined]
-        if settings.CELERY_QUEUE:
-            options["queue"] = settings.CELERY_QUEUE
+        queue_name = queue_name or settings.CELERY_QUEUE
+        if queue_name:
+            options["queue"] = queue_name
         ignore_result = options.pop("ignore_result", None)
         if ignore_result is None:
             ignore_result = run_task.ignore_result
@@ -70,10 +73,13 @@ class RunMessages:
         self.embed = probe.body[2]
         self.reply_to = probe.properties["reply_to"]
 
-    def message(self, task_id: str) -> bytes:
-        """One run of ``task_id``, as kombu's Redis transport stores it."""
+    def message(self, task_id: str, kill_after: float | None = None) -> bytes:
+        """One run of ``task_id``, as kombu's Redis transport stores it
+        (with Celery's hard time limit ``kill_after``, if any)."""
         message_id = str(uuid.uuid4())
         headers = {**self.headers, "id": message_id, "root_id": message_id, "argsrepr": repr((task_id,))}
+        if kill_after:
+            headers["timelimit"] = [kill_after, None]
         body = dumps([[task_id], {}, self.embed]).encode()
         envelope = {
             "body": base64.b64encode(body).decode(),
@@ -111,31 +117,52 @@ def _template_applies(messages: RunMessages) -> bool:
         and not transport.get("global_keyprefix")
         and conf.task_serializer == "json"
         and not conf.task_compression
-        and messages.direct
-        and not messages.priority
+        and _route_applies(messages)
     )
+
+
+def _route_applies(messages: RunMessages) -> bool:
+    """The queue's route is one kombu's Redis transport takes as the template does."""
+    return messages.direct and not messages.priority
 
 
 class LoopPublisher:
     """Publishes runs on the running event loop, one redis.asyncio client
-    per loop (its connections belong to that loop)."""
+    per loop (its connections belong to that loop), with one template per
+    queue. A queue whose route the template cannot follow (or a delayed run)
+    is published by Celery's own path, on a thread."""
 
     def __init__(self, messages: RunMessages, url: str) -> None:
         self.messages = messages
         self.url = url
         self.clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
+        self.by_queue: dict[str | None, RunMessages | None] = {messages.queue: messages}
 
-    async def send(self, task_id: str) -> bool:
+    def _messages(self, queue_name: str | None) -> RunMessages | None:
+        if queue_name not in self.by_queue:
+            try:
+                messages = RunMessages(queue_name)
+                self.by_queue[queue_name] = messages if _route_applies(messages) else None
+            except Exception:  # a cost, not a safety, measure: the thread path publishes as Celery would
+                logger.warning("could not build the run message template of queue %s", queue_name, exc_info=True)
+                self.by_queue[queue_name] = None
+        return self.by_queue[queue_name]
+
+    async def send(self, task_id: str, route: dispatch.Route | None = None) -> bool:
         """``LPUSH`` one run of ``task_id``. ``False`` when it could not be
         sent: the row is durable, and the sweeper re-enqueues it later."""
         from redis import asyncio as aioredis
 
+        route = route or dispatch.Route(self.messages.queue)
+        messages = self._messages(route.queue or self.messages.queue) if not route.countdown else None
+        if messages is None:
+            return await asyncio.to_thread(dispatch.send_on_thread, task_id, route)
         loop = asyncio.get_running_loop()
         client = self.clients.get(loop)
         if client is None:
             client = self.clients[loop] = aioredis.Redis.from_url(self.url)
         try:
-            await client.lpush(self.messages.queue, self.messages.message(task_id))
+            await client.lpush(messages.queue, messages.message(task_id, route.kill_after))
         except Exception:
             logger.warning("could not enqueue task %s; the sweeper will retry", task_id, exc_info=True)
             return False
@@ -145,7 +172,7 @@ class LoopPublisher:
 _publishers: dict[tuple[Any, ...], LoopPublisher | None] = {}
 
 
-def loop_sender() -> Callable[[str], Awaitable[bool]] | None:
+def loop_sender() -> Callable[[str, dispatch.Route], Awaitable[bool]] | None:
     """The event loop's sender of runs for the current configuration, or
     ``None`` where the template would not be what Celery sends (creation
     then stays on a thread)."""

@@ -20,9 +20,9 @@ from celery import current_app
 from kombu.transport import virtual
 from opentelemetry.metrics import CallbackOptions, Observation
 
-from ..conf import settings
 from ..telemetry import metrics
 from ..telemetry import names as n
+from ..tools import effective
 
 logger = logging.getLogger("mcptasks.telemetry")
 
@@ -30,8 +30,9 @@ _warned: set[str] = set()
 
 
 def run_queues() -> list[str]:
+    """The site's run queue, each tool's own queue and Celery's default."""
     app = current_app
-    return [q for q in dict.fromkeys((settings.CELERY_QUEUE, app.conf.task_default_queue)) if q]
+    return [q for q in dict.fromkeys((*effective.configured_queues(), app.conf.task_default_queue)) if q]
 
 
 def depths(options: CallbackOptions | None = None) -> Iterable[Observation]:

@@ -16,7 +16,6 @@ import sys
 import threading
 from typing import Any, cast
 
-from ..conf import settings as mcp_settings
 from .discovery import Found
 from .static_files import with_static_files
 
@@ -38,13 +37,26 @@ def beat_schedule_file(app: Any) -> str:
     return path
 
 
-def start_embedded_worker(app: Any, concurrency: int) -> list[Any]:
+def worker_queues(app: Any, chosen: list[str] | None = None) -> list[str]:
+    """The queues a worker started here consumes: ``chosen`` (``--queues``),
+    else every queue the site sends runs to (``CELERY_QUEUE`` and each tool's
+    own) and Celery's default one (the sweeper and the prune, as beat sends
+    them)."""
+    from ..tools import effective
+
+    if chosen:
+        return list(dict.fromkeys(q.strip() for q in chosen if q.strip()))
+    return [q for q in dict.fromkeys((*effective.configured_queues(), app.conf.task_default_queue)) if q]
+
+
+def start_embedded_worker(app: Any, concurrency: int, queues: list[str] | None = None) -> list[Any]:
     """A thread-pool worker and a beat thread inside this process, on the
     site's own app (the in-process broker exists only in this process)."""
     from celery.beat import EmbeddedService
 
     worker = app.WorkController(
         pool_cls="threads",
+        queues=worker_queues(app, queues),
         concurrency=concurrency,
         hostname=f"embedded@{os.uname().nodename}",
         loglevel="WARNING",
@@ -60,16 +72,13 @@ def start_embedded_worker(app: Any, concurrency: int) -> list[Any]:
 
 
 def start_worker_processes(
-    app: Any, app_name: str, concurrency: int, pool: str = "prefork"
+    app: Any, app_name: str, concurrency: int, pool: str = "prefork", queues: list[str] | None = None
 ) -> list[subprocess.Popen[bytes]]:
     base = [sys.executable, "-m", "celery", "-A", app_name]
-    # The runs' queue (MCPTASKS CELERY_QUEUE) and the default one (the sweeper
-    # and the prune, as beat sends them).
-    queues = dict.fromkeys(q for q in (mcp_settings.CELERY_QUEUE, app.conf.task_default_queue) if q)
     worker = [*base, "worker", "--loglevel", "WARNING", "--pool", pool, "--concurrency", str(concurrency)]
     env = child_environment(app_name)
     return [
-        subprocess.Popen([*worker, "-Q", ",".join(queues)], env=env),
+        subprocess.Popen([*worker, "-Q", ",".join(worker_queues(app, queues))], env=env),
         subprocess.Popen([*base, "beat", "--loglevel", "WARNING", "--schedule", beat_schedule_file(app)], env=env),
     ]
 
@@ -134,6 +143,7 @@ def run(
     celery: Found,
     pool: str = "prefork",
     forwarded_allow_ips: str | None = None,
+    queues: list[str] | None = None,
 ) -> None:
     app = celery.obj
     # Runs published from this process go through the site's app, whatever
@@ -144,12 +154,13 @@ def run(
     children: list[subprocess.Popen[bytes]] = []
     embedded: list[Any] = []
     if broker_is_in_process(app):
-        embedded = start_embedded_worker(app, concurrency)
+        embedded = start_embedded_worker(app, concurrency, queues)
         mode = f"embedded worker ({concurrency} threads) and beat"
     else:
-        children = start_worker_processes(app, celery.name, concurrency, pool)
+        children = start_worker_processes(app, celery.name, concurrency, pool, queues)
         slots = "processes" if pool == "prefork" else "threads"
         mode = f"celery worker ({concurrency} {slots}) and beat"
+    print(f"mcptasks: the worker consumes the queues {', '.join(worker_queues(app, queues))}", flush=True)
     print(f"mcptasks: serving http://{host}:{port}/mcp with {mode}", flush=True)
     print(f"mcptasks: ASGI application {asgi.name} (from {asgi.source})", flush=True)
     print(f"mcptasks: Celery app {celery.name} (from {celery.source})", flush=True)

@@ -31,6 +31,27 @@ async def shout(message: str) -> ToolResult:
     return ToolResult([text(message.upper())])
 
 
+@tool(
+    task="required",
+    queue="gpu",
+    time_limit=60,
+    soft_time_limit=50.5,
+    retries=3,
+    retry_on=(ConnectionError, TimeoutError),
+    retry_backoff=2,
+    retry_backoff_max=30.0,
+    concurrency=2,
+)
+def render(ctx: ToolContext, scene: str) -> bytes:
+    """Every execution control at once."""
+    return scene.encode()
+
+
+@tool(queue=None, time_limit=None, retries=0, concurrency=None)
+def plain_defaults(n: int) -> int:
+    return n
+
+
 @prompt
 def greet(name: str) -> str:
     return f"Say hello to {name}."
@@ -60,6 +81,8 @@ async def uses(ctx: ToolContext) -> None:
     assert_type(add(1), int)
     assert_type(echo_later(ctx, "hi"), str)
     assert_type(await shout("hi"), ToolResult)
+    assert_type(render(ctx, "x"), bytes)
+    assert_type(plain_defaults(2), int)
     assert_type(greet("Ada"), str)
     assert_type(review(ctx, "x = 1"), list[dict[str, object]])
     assert_type(motd(), str)
@@ -68,4 +91,5 @@ async def uses(ctx: ToolContext) -> None:
     add("one")  # type: ignore[arg-type]
     echo_later("hi")  # type: ignore[call-arg, arg-type]
     greet(name=3)  # type: ignore[arg-type]
+    render(ctx, 3)  # type: ignore[arg-type]
     user_card()  # type: ignore[call-arg]

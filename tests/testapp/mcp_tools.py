@@ -13,6 +13,7 @@ from mcptasks import (
     INTERNAL_ERROR,
     MissingCapability,
     ProtocolError,
+    SoftTimeLimitExceeded,
     TaskCancelled,
     ToolContext,
     ToolError,
@@ -330,6 +331,60 @@ def sleep_inline(ctx: ToolContext, seconds: float = 1.0, label: str = "sleep") -
         logger.warning("sleep_inline %s: cancelled after %.2fs", label, time.monotonic() - started)
         raise
     return f"slept {seconds}s"
+
+
+# Execution controls (tests/test_live_execution_controls.py sets their queues and limits
+# through MCP_TOOL_CONTROLS) -------------------------------------------------------------
+
+
+@tool(task="required", description="Waits with the context; cleans up (and logs it) at its soft time limit.")
+def guarded_wait(ctx: ToolContext, seconds: float = 10.0) -> str:
+    started = time.monotonic()
+    try:
+        ctx.sleep(seconds)
+    except SoftTimeLimitExceeded:
+        logger.warning("guarded_wait %s: cleaned up after %.2fs", ctx.task_id, time.monotonic() - started)
+        raise
+    return f"waited {seconds}s"
+
+
+@tool(task="required", description="Sleeps without looking at its context (only a hard time limit stops it).")
+def stubborn_wait(seconds: float = 10.0) -> str:
+    time.sleep(seconds)
+    return f"slept {seconds}s"
+
+
+@tool(
+    task="required",
+    retries=3,
+    retry_on=(ConnectionError,),
+    retry_backoff=0.5,
+    retry_backoff_max=1.0,
+    description="Raises ConnectionError (retried) until attempt `succeed_on`, or KeyError (not retried).",
+)
+def flaky_call(ctx: ToolContext, succeed_on: int = 3, error: str = "ConnectionError") -> str:
+    if ctx.attempt < succeed_on:
+        raise (
+            KeyError("not a retried error")
+            if error == "KeyError"
+            else ConnectionError(f"refused (attempt {ctx.attempt})")
+        )
+    return f"answered on attempt {ctx.attempt}"
+
+
+@tool(task="required", description="Calls an API that is always down (its retries come from MCP_TOOL_CONTROLS).")
+def unreachable_api(ctx: ToolContext) -> str:
+    raise ConnectionError(f"no route to the API (attempt {ctx.attempt})")
+
+
+@tool(task="required", description="Works `seconds`, logging its start and end (wall clock) for overlap checks.")
+def limited_work(ctx: ToolContext, seconds: float = 0.5) -> str:
+    logger.warning("limited_work %s start %.6f", ctx.task_id, time.time())
+    try:
+        ctx.sleep(seconds)
+    finally:
+        logger.warning("limited_work %s end %.6f", ctx.task_id, time.time())
+    return f"worked {seconds}s"
 
 
 @tool(task="optional", description="Busy work that checks for cancellation between steps.")

@@ -150,6 +150,7 @@ MCPTASKS = {
     "DISPATCH_GRACE_SECONDS": env.float("MCP_DISPATCH_GRACE_SECONDS", default=60.0),
     "MAX_ATTEMPTS": env.int("MCP_MAX_ATTEMPTS", default=3),
     "CELERY_QUEUE": env("MCP_CELERY_QUEUE", default=None),
+    "TOOL_CONTROLS": env.json("MCP_TOOL_CONTROLS", default={}),
     "WEB_THREADS": 8,
     "POLL_CONNECTIONS": 4,
     "PREPARE_STATEMENTS": env.bool("MCP_PREPARE_STATEMENTS", default=True),

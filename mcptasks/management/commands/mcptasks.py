@@ -64,6 +64,14 @@ class Command(BaseCommand):
             "wait).",
         )
         run.add_argument(
+            "--queues",
+            metavar="QUEUE,...",
+            default=os.environ.get("WORKER_QUEUES"),
+            help="Comma-separated Celery queues the worker consumes (env WORKER_QUEUES). Default: every queue the "
+            "site sends runs to (CELERY_QUEUE and each tool's own queue) and Celery's default queue (the sweeper). "
+            "A host for chosen tools starts its own worker: celery -A mysite worker -Q gpu.",
+        )
+        run.add_argument(
             "--asgi",
             metavar="MODULE:ATTR",
             help="The site's ASGI application (mysite.asgi:application or mysite.asgi.application). Default: the "
@@ -108,6 +116,7 @@ class Command(BaseCommand):
         retry.add_argument("--by", default=by, help="Operator name for the audit trail.")
 
         sub.add_parser("stats", help="Count tasks by status and tool, and what needs looking after.")
+        sub.add_parser("queues", help="Each tool's queue, time limits and retries (what workers must consume).")
 
     def handle(self, *args: Any, subcommand: str, **options: Any) -> None:
         getattr(self, f"do_{subcommand}")(**options)
@@ -128,6 +137,7 @@ class Command(BaseCommand):
         asgi: str | None,
         celery_app: str | None,
         forwarded_allow_ips: str | None,
+        queues: str | None = None,
         **_: Any,
     ) -> None:
         from mcptasks.worker.discovery import find_asgi_application, find_celery_app, module_exists
@@ -150,7 +160,26 @@ class Command(BaseCommand):
             asgi=application,
             celery=celery,
             forwarded_allow_ips=forwarded_allow_ips,
+            queues=queues.split(",") if queues else None,
         )
+
+    def do_queues(self, **_: Any) -> None:
+        from celery import current_app
+
+        from mcptasks.tools.effective import controls_for, queue_for
+        from mcptasks.tools.registry import registry
+
+        default = current_app.conf.task_default_queue
+        for tool in registry.all():
+            controls = controls_for(tool.name)
+            limits = ", ".join(
+                f"{label} {value:g} s"
+                for label, value in (("soft limit", controls.soft_time_limit), ("limit", controls.time_limit))
+                if value
+            )
+            notes = [n for n in (limits, f"{controls.retries} retries" if controls.retries else "") if n]
+            extra = f" ({'; '.join(notes)})" if notes else ""
+            self.stdout.write(f"{tool.name}: {queue_for(tool.name) or default}{extra}")
 
     def do_sweep(self, *, dry_run: bool, limit: int, **_: Any) -> None:
         report = lifecycle.sweep(dry_run=dry_run, limit=limit)
