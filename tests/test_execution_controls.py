@@ -142,7 +142,7 @@ def test_the_soft_limit_reaches_the_tool_through_its_context_and_it_may_clean_up
 
     task = new_task("patient")
     started = time.monotonic()
-    assert run_task(task.id) == "completed"
+    assert run_task(task.id) == "tool_error"
     assert time.monotonic() - started < 1.5
     task = get(task)
     assert seen == {"cancelled": True, "cleaned": True}
@@ -234,11 +234,11 @@ def test_retries_end_on_the_error_once_spent_and_other_exceptions_are_not_retrie
 
     task = new_task("always_down")
     assert run_task(task.id) == "retrying"
-    assert run_task(task.id) == "completed"
+    assert run_task(task.id) == "tool_error"
     assert "ConnectionError: down" in text_of(get(task)) and get(task).result["isError"] is True
 
     other = new_task("wrong_kind")
-    assert run_task(other.id) == "completed"
+    assert run_task(other.id) == "tool_error"
     assert get(other).result["isError"] is True
     assert not TaskEvent.objects.filter(task=other, kind="tool_retry").exists()
 

@@ -34,6 +34,7 @@ PUBLIC_NAMES = {
     # errors a tool raises or catches, and their codes
     "ToolError",
     "ProtocolError",
+    "SoftTimeLimitExceeded",
     "MissingCapability",
     "TaskCancelled",
     "INTERNAL_ERROR",

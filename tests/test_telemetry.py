@@ -613,7 +613,7 @@ def test_a_tool_retry_has_a_metric_of_its_own_and_runs_carry_their_queue_and_too
     task = make_task(tool="shaky_partner")
     lost = otel.total("mcptasks.task.retried", **{"gen_ai.tool.name": "shaky_partner"})
     assert run(task.id) == "retrying"
-    assert run(task.id) == "completed"
+    assert run(task.id) == "tool_error"
     spans = otel.named("execute_tool shaky_partner")
     assert [s.attributes["mcptasks.tool.attempt"] for s in spans] == [1, 2]
     assert all(s.attributes["messaging.destination.name"] == "partner-api" for s in spans)
