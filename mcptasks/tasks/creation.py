@@ -15,13 +15,12 @@ from typing import Any
 from django.db import connection, connections, models, transaction
 from django.utils import timezone
 
-from .. import signals
 from ..conf import settings
 from ..models import Era, InputRequest, InputRequestState, Task, TaskEvent, TaskStatus
 from ..telemetry import metrics, tracing
 from . import dispatch, quota, sql
 from .dispatch import enqueue_after_commit
-from .events import EventKind, announce, announce_committed, client_actor, record_event
+from .events import EventKind, announce, announce_created, client_actor, record_event, send_created
 
 
 def clamp_ttl(requested_ms: int | None, tool_default_ms: int | None = None) -> int:
@@ -83,7 +82,7 @@ def create_task(
                     for key, a in answered.items()
                 )
             record_event(task.id, EventKind.CREATED, actor, now=now, to_status=TaskStatus.WORKING, detail=detail)
-    transaction.on_commit(lambda: signals.task_created.send(sender=Task, task=task))
+    transaction.on_commit(lambda: send_created(task))
     announce(task.id, "", TaskStatus.WORKING, actor, EventKind.CREATED, task=task)
     metrics.task_created(tool_name)
     if enqueue:
@@ -149,8 +148,7 @@ async def acreate_task(
         return None
     task._state.adding = False
     task._state.db = Task.objects.db
-    signals.task_created.send(sender=Task, task=task)
-    announce_committed(task, "", actor, EventKind.CREATED)
+    await announce_created(task, actor)
     metrics.task_created(tool_name, committed=True)
     await send(task.id)
     return task

@@ -171,7 +171,11 @@ def cancel(task_id: str, *, actor: str, reason: str = "") -> bool:
     reason = reason or "The task was cancelled."
     if sql.single_statement():
         cursor = sql.execute("task_cancel", _cancel_params(task_id, actor, reason))
-        return _cancelled(sql.column_names(cursor), cursor.fetchone(), actor, committed=False)
+        cancelled = _cancelled(sql.column_names(cursor), cursor.fetchone(), committed=False)
+        if cancelled is not None:
+            task, from_status = cancelled
+            announce(task.id, from_status, TaskStatus.CANCELLED, actor, EventKind.TRANSITION, task=task)
+        return cancelled is not None
     with transaction.atomic():
         return cancel_in_transaction(task_id, actor=actor, reason=reason)
 
@@ -179,7 +183,10 @@ def cancel(task_id: str, *, actor: str, reason: str = "") -> bool:
 async def acancel(task_id: str, *, actor: str, reason: str = "") -> bool:
     """``cancel`` on the event loop (Postgres; in autocommit)."""
     result = await sql.aexecute("task_cancel", _cancel_params(task_id, actor, reason or "The task was cancelled."))
-    return _cancelled(result.names, result.first(), actor, committed=True)
+    cancelled = _cancelled(result.names, result.first(), committed=True)
+    if cancelled is not None:
+        await announce_committed(cancelled[0], cancelled[1], actor, EventKind.TRANSITION)
+    return cancelled is not None
 
 
 def _cancel_params(task_id: str, actor: str, reason: str) -> dict[str, Any]:
@@ -197,16 +204,13 @@ def _cancel_params(task_id: str, actor: str, reason: str) -> dict[str, Any]:
     }
 
 
-def _cancelled(names: list[str], row: Any, actor: str, *, committed: bool) -> bool:
+def _cancelled(names: list[str], row: Any, *, committed: bool) -> tuple[Task, str] | None:
+    """The row ``task_cancel`` left and the status it left, counted; ``None`` when nothing moved."""
     if row is None:
-        return False
+        return None
     task = Task.objects.from_row(names[:-1], row[:-1])
     metrics.task_finished(task.tool_name, TaskStatus.CANCELLED, committed=committed)
-    if committed:
-        announce_committed(task, row[-1], actor, EventKind.TRANSITION)
-    else:
-        announce(task.id, row[-1], TaskStatus.CANCELLED, actor, EventKind.TRANSITION, task=task)
-    return True
+    return task, row[-1]
 
 
 def cancel_in_transaction(task_id: str, *, actor: str, reason: str) -> bool:
@@ -343,11 +347,11 @@ async def asubmit_input(task_id: str, responses: Mapping[str, Any], *, actor: st
         )
     task = Task.objects.from_row(left.names, left.first())
     if resume:
-        announce_committed(task, status, actor, EventKind.TRANSITION)
+        await announce_committed(task, status, actor, EventKind.TRANSITION)
         send = loop_sender()
         assert send is not None, "the caller checks that a loop sender is installed"
         await send(task_id)
     else:
         remaining = {key: asked for key, asked in pending.items() if key not in accepted}
-        announce_committed(task, status, actor, EventKind.INPUT, pending=remaining)
+        await announce_committed(task, status, actor, EventKind.INPUT, pending=remaining)
     return accepted
