@@ -569,6 +569,30 @@ def test_cached_oauth_callers_keep_their_scope_checks(issue, signed_in_only, loo
     assert loop_polls == [200, 403]
 
 
+def test_each_outcome_read_of_a_cached_oauth_caller_logs_one_audit_line(
+    issue, settings, signed_in_only, loop_polls, caplog, django_user_model
+):
+    """A caller with scopes: its reads on the loop (the first one marked only
+    once its scopes allowed it) each log one ``mcptasks.audit`` line."""
+    import logging
+
+    from mcptasks.models import TaskEvent
+    from tests.support.asgi import AsgiRpc
+    from tests.support.factories import completed_task
+
+    settings.LOGGING_CONFIG = None  # each in-process ASGI request sets Django up: keep the level set here
+    caplog.set_level(logging.INFO, logger="mcptasks.audit")
+    admin = AsgiRpc(token=issue("alice", scope="mcp:admin"), capabilities=TASKS_CAPS)
+    admin.request("server/discover")  # identified on a thread
+    task = completed_task(owner=f"user:{django_user_model.objects.get(username='alice').pk}")
+    for _ in range(5):
+        assert admin.tasks_get(task.id).result["status"] == "completed"
+    assert loop_polls == [200] * 5
+    lines = [r for r in caplog.records if r.name == "mcptasks.audit" and getattr(r, "task_id", None) == task.id]
+    assert len(lines) == 5
+    assert TaskEvent.objects.filter(task=task, kind="result_retrieved").count() == 1
+
+
 def test_a_cached_oauth_caller_lasts_no_longer_than_its_token(issue, settings, signed_in_only, loop_polls):
     import time
 

@@ -239,6 +239,16 @@ def test_each_outcome_read_logs_one_audit_line_on_both_paths(poll_rpc, audit_lin
     assert audit_lines(task.id) == 7
 
 
+def test_a_poll_refused_by_the_throttle_reads_no_outcome_and_logs_no_line_on_both_paths(
+    poll_rpc, audit_lines, settings
+):
+    settings.MCPTASKS = {**settings.MCPTASKS, "POLL_BURST": 2}
+    task = completed_task(owner="anonymous", poll_interval_ms=60_000)
+    replies = [poll_rpc.tasks_get(task.id) for _ in range(3)]
+    assert [r.status for r in replies] == [200, 200, 429]
+    assert audit_lines(task.id) == 2
+
+
 @postgres_only.POLL_SNAPSHOT
 def test_each_outcome_read_logs_one_audit_line_from_the_poll_snapshot(redis_poll_throttle, audit_lines):
     """Seven polls on one event loop: the first marks the outcome read, the

@@ -17,7 +17,7 @@ from django.utils import timezone
 from ..models import TERMINAL_STATUSES, Task
 from . import sql
 from .events import EventKind
-from .operator import log_outcome_read, mark_outcome_read
+from .operator import mark_outcome_read
 
 #: The fields ``task_lookup`` reads: those of a DetailedTask.
 LOOKUP_FIELDS = (
@@ -65,8 +65,9 @@ def lookup(task_id: str, owner: str) -> Task | None:
 def poll(task_id: str, owner: str, *, actor: str) -> Task | None:
     """``lookup``, and, for a finished task whose outcome nobody has read, the
     mark of that first read (``outcome_read_at``) and its ``result_retrieved``
-    event by ``actor``: one statement on Postgres. Every read of a finished
-    task's outcome is logged on ``mcptasks.audit``."""
+    event by ``actor``: one statement on Postgres. (The audit line of each
+    outcome read is the caller's to log once the read is answered:
+    ``operator.log_outcome_read``.)"""
     if sql.single_statement():
         cursor = sql.execute("task_poll", _poll_params(task_id, owner, actor))
         task = _task(sql.column_names(cursor), cursor.fetchone())
@@ -74,8 +75,6 @@ def poll(task_id: str, owner: str, *, actor: str) -> Task | None:
         task = lookup(task_id, owner)
         if task is not None:
             mark_outcome_read(task, actor=actor)
-    if task is not None:
-        log_outcome_read(task, actor=actor)
     return task
 
 
@@ -92,7 +91,4 @@ async def apoll(task_id: str, owner: str, *, actor: str) -> Task | None:
     if not sql.loop_available():
         raise sql.NotOnLoop("not Postgres")
     result = await sql.aexecute("task_poll", _poll_params(task_id, owner, actor))
-    task = _task(result.names, result.first())
-    if task is not None:
-        log_outcome_read(task, actor=actor)
-    return task
+    return _task(result.names, result.first())

@@ -81,21 +81,12 @@ async def serve(message: Message, caller: Caller, headers: Mapping[str, str]) ->
     return await method(request.Request(message, caller, capabilities, headers))
 
 
-async def read_polled_task(req: request.Request) -> tuple[Task, bool]:
+async def read_polled_task(req: request.Request) -> Task:
     """The one read of a ``tasks/get`` on the loop, for (owner, task id): the
-    caller's task, its first outcome read marked where the read may mark it,
-    and whether that read logged its audit line (a row served from the
-    snapshot, or read without the mark, did not). Raises ``ProtocolError``
-    (not found, scopes)."""
+    caller's task, its first outcome read marked where the read may mark it.
+    Raises ``ProtocolError`` (not found, scopes)."""
     task_id, owner = request.task_id_param(req), req.caller.owner
-    audited = False
-
-    async def marking_read(task_id: str, owner: str) -> Task | None:
-        nonlocal audited
-        audited = True  # reads.apoll logs the read of an outcome
-        return await reads.apoll(task_id, owner, actor=lifecycle.client_actor(owner))
-
-    read = marking_read if request.marks_in_the_read(req) else reads.alookup
+    read = _marking_read(lifecycle.client_actor(owner)) if request.marks_in_the_read(req) else reads.alookup
 
     async def read_once_more_on_failure(task_id: str, owner: str) -> Task | None:
         try:
@@ -109,21 +100,27 @@ async def read_polled_task(req: request.Request) -> tuple[Task, bool]:
 
     # From the snapshot where that is sound: a row the poll's own statement
     # marked read may be kept (its outcome_read_at is set), as a later read's.
-    task = request.owned_task(req, await poll_snapshot.lookup(task_id, owner, read_once_more_on_failure))
-    return task, audited
+    return request.owned_task(req, await poll_snapshot.lookup(task_id, owner, read_once_more_on_failure))
+
+
+def _marking_read(actor: str) -> poll_snapshot.Reader:
+    async def read(task_id: str, owner: str) -> Task | None:
+        return await reads.apoll(task_id, owner, actor=actor)
+
+    return read
 
 
 async def get_task(req: request.Request) -> dict[str, Any]:
-    task, audited = await read_polled_task(req)
+    """``handlers.get_task`` on the loop: read, counted, then audited and answered."""
+    task = await read_polled_task(req)
     owner = req.caller.owner
+    actor = lifecycle.client_actor(owner)
     await limits.athrottle_poll(owner, task.id, task.poll_interval_ms)
-    if task.status in TERMINAL_STATUSES and not audited:
-        if task.outcome_read_at is None:
-            # A scoped caller's first read, now that its scopes allowed it:
-            # marked (and logged) by the poll's own statement.
-            task = await reads.apoll(task.id, owner, actor=lifecycle.client_actor(owner)) or task
-        else:
-            log_outcome_read(task, actor=lifecycle.client_actor(owner))  # one audit line per outcome read
+    if task.status in TERMINAL_STATUSES and task.outcome_read_at is None:
+        # A scoped caller's first read, now that its scopes allowed it: marked
+        # by the poll's own statement.
+        task = await reads.apoll(task.id, owner, actor=actor) or task
+    log_outcome_read(task, actor=actor)  # each outcome read, from the snapshot too: one audit line
     if task.status == TaskStatus.INPUT_REQUIRED:
         # Its pending questions are an ORM read: on a thread, at this step.
         waiting = task
