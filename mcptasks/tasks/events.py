@@ -124,6 +124,7 @@ _receiver_threads: Callable[[], Executor] | None = None
 
 
 def run_receivers_on(threads: Callable[[], Executor]) -> None:
+    """Where ``announce_committed`` runs receivers: ``threads()``'s pool."""
     global _receiver_threads
     _receiver_threads = threads
 

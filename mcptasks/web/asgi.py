@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import tempfile
 from collections.abc import Awaitable, Callable, Mapping
 from typing import IO, TYPE_CHECKING, Any
@@ -31,6 +32,8 @@ from django.urls import set_script_prefix
 if TYPE_CHECKING:
     from ..protocol.caller import Caller
     from ..protocol.jsonrpc import Message
+
+logger = logging.getLogger("mcptasks.views")
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[Mapping[str, Any]]]
@@ -149,14 +152,27 @@ class MCPHandler(ASGIHandler):
 async def _serve_on_loop(scope: Scope, body: bytes) -> HttpResponseBase | None:
     """The response to a modern request that the event loop's pipeline
     serves (``on_loop.takes``: a task tool's creation, ``tasks/get``,
-    ``tasks/update``, ``tasks/cancel``), or ``None``, decided before
-    anything is read or written, for a request the thread path serves from
-    the start: one it would refuse before the handler (Host, Origin, body,
-    envelope, credentials), one whose caller is not in the identity cache
-    (the thread path identifies it and fills the cache), and whatever
-    ``on_loop.takes`` leaves to it. So every refusal keeps its one home, in
-    ``views``. A request the loop takes is answered here, errors included
-    (``replies.failsafe``'s answers), once."""
+    ``tasks/update``, ``tasks/cancel``), or ``None`` for a request the thread
+    path serves from the start (:func:`_taken_by_loop`, decided before
+    anything is read or written). A request the loop takes is answered here,
+    errors included (``replies.failsafe``'s answers), once."""
+    try:
+        taken = _taken_by_loop(scope, body)
+    except Exception:  # nothing is done yet: the thread path serves it, and answers whatever this was
+        logger.warning("the event loop could not decide on a request; the thread path serves it", exc_info=True)
+        return None
+    if taken is None:
+        return None
+    return await _answer_on_loop(*taken)
+
+
+def _taken_by_loop(scope: Scope, body: bytes) -> tuple[Any, Message, Caller, dict[str, str]] | None:
+    """The request, its message, its caller and headers if the loop takes
+    it; ``None`` for one the thread path serves: one it would refuse before
+    the handler (Host, Origin, body, envelope, credentials), one whose caller
+    is not in the identity cache (the thread path identifies it and fills
+    the cache), and whatever ``on_loop.takes`` leaves to it. So every
+    refusal keeps its one home, in ``views``."""
     from ..errors import ProtocolError
     from ..protocol import jsonrpc, limits
     from ..protocol.modern import on_loop
@@ -189,7 +205,7 @@ async def _serve_on_loop(scope: Scope, body: bytes) -> HttpResponseBase | None:
     caller = identity_cache.lookup(key) if key is not None else None
     if caller is None:
         return None
-    return await _answer_on_loop(data, message, caller, headers)
+    return data, message, caller, headers
 
 
 async def _answer_on_loop(data: Any, message: Message, caller: Caller, headers: Mapping[str, str]) -> HttpResponseBase:
