@@ -192,6 +192,26 @@ def test_a_database_outage_on_the_loop_is_answered_there(entries, redis_poll_thr
     assert not Task.objects.exists()
 
 
+@postgres_only.LOOP_POLLS
+def test_a_callers_first_request_is_served_on_the_loop_its_authentication_on_a_thread(
+    entries, identifications, loop_served, redis_poll_throttle, django_user_model
+):
+    """The identity cache's miss is a step awaited on a thread, not a reason
+    to serve the request elsewhere; a refusal is answered on the loop too."""
+    from rest_framework.authtoken.models import Token
+
+    user = django_user_model.objects.create(username="dora")
+    client = AsgiRpc(token=Token.objects.create(user=user).key)
+    task = running_task(owner=f"user:{user.pk}")
+    assert client.tasks_get(task.id).result["status"] == "working"
+    assert client.tasks_get(task.id).result["status"] == "working"
+    assert entries == ["loop", "loop"] and identifications == ["caller"], "identified once, then from the cache"
+    refused = AsgiRpc(token="not-a-token").tasks_get(task.id)
+    assert refused.status == 401
+    assert identifications == ["caller", "401"]
+    assert loop_served == [200, 200, 401] and "thread" not in entries, "refused on the loop, before the method"
+
+
 # Every path, both eras --------------------------------------------------------------------
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import logging
 import tempfile
 from collections.abc import Awaitable, Callable, Mapping
@@ -24,7 +25,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from django.conf import settings as django_settings
 from django.core.exceptions import RequestAborted
-from django.core.handlers.asgi import ASGIHandler
+from django.core.handlers.asgi import ASGIHandler, ASGIRequest
 from django.http import HttpResponseBase
 from django.http.request import split_domain_port, validate_host
 from django.urls import set_script_prefix
@@ -32,6 +33,7 @@ from django.urls import set_script_prefix
 if TYPE_CHECKING:
     from ..protocol.caller import Caller
     from ..protocol.jsonrpc import Message
+    from ..protocol.replies import WireReply
 
 logger = logging.getLogger("mcptasks.views")
 
@@ -163,16 +165,17 @@ async def _serve_on_loop(scope: Scope, body: bytes) -> HttpResponseBase | None:
         return None
     if taken is None:
         return None
-    return await _answer_on_loop(*taken)
+    return await _answer_on_loop(scope, body, *taken)
 
 
-def _taken_by_loop(scope: Scope, body: bytes) -> tuple[Any, Message, Caller, dict[str, str]] | None:
-    """The request, its message, its caller and headers if the loop takes
-    it; ``None`` for one the thread path serves: one it would refuse before
-    the handler (Host, Origin, body, envelope, credentials), one whose caller
-    is not in the identity cache (the thread path identifies it and fills
-    the cache), and whatever ``on_loop.takes`` leaves to it. So every
-    refusal keeps its one home, in ``views``."""
+def _taken_by_loop(scope: Scope, body: bytes) -> tuple[Any, Message, Caller | None, dict[str, str]] | None:
+    """The request, its message, its caller (``None`` when the identity
+    cache does not know it yet) and headers if the loop takes it; ``None``
+    for one the thread path serves: one it would refuse before the handler
+    (Host, Origin, body, envelope), one whose caller may never come from the
+    identity cache (``identity_cache.request_key``), and whatever
+    ``on_loop.takes`` leaves to it. So every refusal keeps its one home, in
+    ``views``."""
     from ..errors import ProtocolError
     from ..protocol import jsonrpc, limits
     from ..protocol.modern import on_loop
@@ -202,19 +205,23 @@ def _taken_by_loop(scope: Scope, body: bytes) -> tuple[Any, Message, Caller, dic
     if message.is_notification or not on_loop.takes(message, headers):
         return None
     key = identity_cache.request_key(headers, scope)
-    caller = identity_cache.lookup(key) if key is not None else None
-    if caller is None:
-        return None
-    return data, message, caller, headers
+    if key is None:
+        return None  # a caller that must not come from the cache (cookies, other authentication): a thread's
+    return data, message, identity_cache.lookup(key), headers
 
 
-async def _answer_on_loop(data: Any, message: Message, caller: Caller, headers: Mapping[str, str]) -> HttpResponseBase:
+async def _answer_on_loop(
+    scope: Scope, body: bytes, data: Any, message: Message, caller: Caller | None, headers: Mapping[str, str]
+) -> HttpResponseBase:
     """Serve a request the loop took, and answer it: its result, its
-    protocol error, or (an outage, a bug) the one error path's answer."""
+    protocol error, a refusal of its credentials, or (an outage, a bug) the
+    one error path's answer. A caller the identity cache does not know is
+    identified on a thread, at that step (DRF's authenticators are
+    synchronous), which fills the cache."""
     from ..errors import ProtocolError
     from ..protocol.modern import handlers as modern
     from ..protocol.modern import on_loop
-    from ..protocol.replies import error_reply, result_reply, unexpected_error_reply
+    from ..protocol.replies import WireReply, error_reply, result_reply, unexpected_error_reply
     from ..telemetry import requests as request_telemetry
     from .rendering import render
 
@@ -224,7 +231,11 @@ async def _answer_on_loop(data: Any, message: Message, caller: Caller, headers: 
     opened = request_telemetry.open_request(data, headers) if message.method == "tools/call" else None
     try:
         try:
-            reply = result_reply(message.id, await on_loop.serve(message, caller, headers))
+            identified = caller if caller is not None else await _identify(scope, body, message.id)
+            if isinstance(identified, WireReply):
+                reply = identified  # refused: 401 or 403, with its challenge
+            else:
+                reply = result_reply(message.id, await on_loop.serve(message, identified, headers))
         except ProtocolError as exc:
             reply = error_reply(exc, message.id, status=modern.http_status(exc))
         except Exception as exc:  # answered once, as on a thread: never served again
@@ -236,6 +247,27 @@ async def _answer_on_loop(data: Any, message: Message, caller: Caller, headers: 
     finally:
         request_telemetry.close_request(opened)
     return render(reply)
+
+
+async def _identify(scope: Scope, body: bytes, request_id: Any) -> Caller | WireReply:
+    """``views.authenticated_caller`` on one of the endpoint's threads, for
+    a Django request made from the scope (no middleware runs on this route)."""
+    from asgiref.sync import sync_to_async
+    from django.db import close_old_connections
+
+    from ..protocol.threads import worker_threads
+    from .views import authenticated_caller
+
+    request = ASGIRequest(scope, io.BytesIO(body))
+
+    def identify() -> Caller | WireReply:
+        close_old_connections()
+        try:
+            return authenticated_caller(request, request_id)
+        finally:
+            close_old_connections()
+
+    return await sync_to_async(identify, thread_sensitive=False, executor=worker_threads())()
 
 
 #: The methods of ``on_loop.METHODS``, as they appear in a body.
