@@ -20,7 +20,7 @@ from ..models import Era, InputRequest, InputRequestState, Task, TaskEvent, Task
 from ..telemetry import metrics, tracing
 from . import dispatch, quota, sql
 from .dispatch import enqueue_after_commit
-from .events import EventKind, announce, announce_created, client_actor, record_event, send_created
+from .events import EventKind, aannounce_created, announce, client_actor, record_event, send_created
 
 
 def clamp_ttl(requested_ms: int | None, tool_default_ms: int | None = None) -> int:
@@ -148,7 +148,7 @@ async def acreate_task(
         return None
     task._state.adding = False
     task._state.db = Task.objects.db
-    await announce_created(task, actor)
+    await aannounce_created(task, actor)
     metrics.task_created(tool_name, committed=True)
     await send(task.id)
     return task

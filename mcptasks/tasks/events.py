@@ -6,7 +6,7 @@ The signals' receivers are site code (and the app's own publishers): they
 run on a thread, after the commit, once per event, whatever path made the
 change. A change committed on a thread sends them there, from
 ``transaction.on_commit``; one committed on the event loop awaits them on a
-thread (``announce_committed``), never on the loop, where the ORM raises.
+thread (``aannounce_committed``), never on the loop, where the ORM raises.
 A receiver that raises is logged and the others still run: the change is
 committed, and its request is answered as such.
 """
@@ -91,19 +91,26 @@ def announce(
     transaction.on_commit(lambda: _send(task_id, from_status, to_status, actor, kind, task, pending))
 
 
-async def announce_committed(
+def announce_committed(
     task: Task, from_status: str, actor: str, kind: str, *, pending: dict[str, Any] | None = None
 ) -> None:
-    """``announce`` for a change already committed on the event loop (a
-    statement in autocommit), with the row as it left it and, where it
-    waits, its pending questions: the receivers run on a thread, awaited."""
-    left = pending if pending is not None else {}
-    await on_a_thread(lambda: _send(task.id, from_status, task.status, actor, kind, task, left))
+    """``announce`` for a change already committed (a statement in
+    autocommit), on a thread, with the row as it left it and, where it
+    waits, its pending questions."""
+    _send(task.id, from_status, task.status, actor, kind, task, pending if pending is not None else {})
 
 
-async def announce_created(task: Task, actor: str) -> None:
+async def aannounce_committed(
+    task: Task, from_status: str, actor: str, kind: str, *, pending: dict[str, Any] | None = None
+) -> None:
+    """``announce_committed`` for a change committed on the event loop: the
+    receivers run on a thread, awaited."""
+    await on_a_thread(lambda: announce_committed(task, from_status, actor, kind, pending=pending))
+
+
+async def aannounce_created(task: Task, actor: str) -> None:
     """A creation committed on the event loop: ``task_created`` and its
-    ``task_changed``, on one thread, awaited (as ``announce_committed``)."""
+    ``task_changed``, on one thread, awaited (as ``aannounce_committed``)."""
 
     def send() -> None:
         send_created(task)
@@ -124,7 +131,7 @@ _receiver_threads: Callable[[], Executor] | None = None
 
 
 def run_receivers_on(threads: Callable[[], Executor]) -> None:
-    """Where ``announce_committed`` runs receivers: ``threads()``'s pool."""
+    """Where ``aannounce_committed`` runs receivers: ``threads()``'s pool."""
     global _receiver_threads
     _receiver_threads = threads
 

@@ -33,7 +33,7 @@ from ..telemetry import metrics
 from ..tools.context import validate_input_response
 from . import quota, sql
 from .dispatch import enqueue_after_commit, loop_sender
-from .events import EventKind, announce, announce_committed, record_event, worker_actor
+from .events import EventKind, aannounce_committed, announce, record_event, worker_actor
 
 
 def _transition(
@@ -185,7 +185,7 @@ async def acancel(task_id: str, *, actor: str, reason: str = "") -> bool:
     result = await sql.aexecute("task_cancel", _cancel_params(task_id, actor, reason or "The task was cancelled."))
     cancelled = _cancelled(result.names, result.first(), committed=True)
     if cancelled is not None:
-        await announce_committed(cancelled[0], cancelled[1], actor, EventKind.TRANSITION)
+        await aannounce_committed(cancelled[0], cancelled[1], actor, EventKind.TRANSITION)
     return cancelled is not None
 
 
@@ -347,11 +347,11 @@ async def asubmit_input(task_id: str, responses: Mapping[str, Any], *, actor: st
         )
     task = Task.objects.from_row(left.names, left.first())
     if resume:
-        await announce_committed(task, status, actor, EventKind.TRANSITION)
+        await aannounce_committed(task, status, actor, EventKind.TRANSITION)
         send = loop_sender()
         assert send is not None, "the caller checks that a loop sender is installed"
         await send(task_id)
     else:
         remaining = {key: asked for key, asked in pending.items() if key not in accepted}
-        await announce_committed(task, status, actor, EventKind.INPUT, pending=remaining)
+        await aannounce_committed(task, status, actor, EventKind.INPUT, pending=remaining)
     return accepted
