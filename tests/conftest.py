@@ -235,6 +235,25 @@ def loop_served(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 @pytest.fixture
+def identifications(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Each time the endpoint identified a caller from its credentials (not
+    from the identity cache), on either path: ``"caller"`` or the refusal's
+    HTTP status."""
+    from mcptasks.web import views
+
+    seen: list[str] = []
+    identify = views.authenticated_caller
+
+    def counted(request: Any, request_id: Any = None) -> Any:
+        outcome = identify(request, request_id)
+        seen.append(str(getattr(outcome, "status", "caller")))
+        return outcome
+
+    monkeypatch.setattr(views, "authenticated_caller", counted)
+    return seen
+
+
+@pytest.fixture
 def loop_runs(settings: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """A Redis broker for the runs that task creations on the event loop
     publish (the tests' own broker is in-process, which the loop cannot

@@ -129,7 +129,7 @@ def test_database_down_is_the_same_503_on_both_paths(rpc, settings, monkeypatch,
     task = running_task(owner="anonymous")
     asgi_rpc = AsgiRpc()
     assert asgi_rpc.tasks_get(task.id).ok
-    assert asgi_rpc.tasks_get(task.id).ok and loop_served == [200]
+    assert asgi_rpc.tasks_get(task.id).ok and loop_served == [200, 200]
     # Nothing listens on port 1: every new connection, on the loop or a thread, fails.
     task_sql.close_pools()
     connection.close()
@@ -137,17 +137,19 @@ def test_database_down_is_the_same_503_on_both_paths(rpc, settings, monkeypatch,
         patched.setitem(connection.settings_dict, "PORT", "1")
         down_on_loop = asgi_rpc.request("tasks/get", {"taskId": task.id}, request_id=41)
         down_on_thread = rpc.request("tasks/get", {"taskId": task.id}, request_id=41)
-        assert loop_served == [200]
+        assert loop_served == [200, 200, 503], "the loop answers the outage itself: never served again on a thread"
         assert down_on_loop.status == down_on_thread.status == 503
         assert down_on_loop.body == down_on_thread.body
         assert down_on_loop.body["error"]["message"] == "Internal error: the task store is unavailable; retry later"
     connection.close()
     assert asgi_rpc.tasks_get(task.id).ok, "the loop reconnects"
-    assert loop_served == [200, 200]
+    assert loop_served == [200, 200, 503, 200]
 
 
 @postgres_only.LOOP_POLLS
-def test_a_revoked_token_is_refused_once_its_cached_identity_expires(settings, loop_served, redis_poll_throttle):
+def test_a_revoked_token_is_refused_once_its_cached_identity_expires(
+    settings, loop_served, redis_poll_throttle, identifications
+):
     from django.contrib.auth import get_user_model
     from rest_framework.authtoken.models import Token
 
@@ -156,20 +158,21 @@ def test_a_revoked_token_is_refused_once_its_cached_identity_expires(settings, l
     token = Token.objects.create(user=user)
     asgi_rpc = AsgiRpc(token=token.key)
     task = running_task(owner=f"user:{user.pk}")
-    assert asgi_rpc.tasks_get(task.id).ok  # identified on a thread
+    assert asgi_rpc.tasks_get(task.id).ok  # on the loop, the caller identified on a thread
     token.delete()
     assert asgi_rpc.tasks_get(task.id).ok, "within IDENTITY_CACHE_SECONDS, from the cache"
-    assert loop_served == [200]
+    assert loop_served == [200, 200] and identifications == ["caller"]
     time.sleep(0.6)
     refused = asgi_rpc.tasks_get(task.id)
     assert refused.status == 401
-    assert loop_served == [200]
+    assert loop_served == [200, 200, 401] and identifications == ["caller", "401"], "identified again, refused"
 
 
 @postgres_only.LOOP_POLLS
 def test_the_loop_reconnects_after_losing_its_connection(loop_served, redis_poll_throttle, monkeypatch):
-    """A pooled connection that died (a database restart) costs one poll on a
-    thread, with the same answer; the next poll is on the loop again."""
+    """A pooled connection that died (a database restart): the poll reads
+    again on a new connection, on the loop, with the same answer (never
+    served again on a thread)."""
     import asyncio
     import json
 
@@ -181,7 +184,7 @@ def test_the_loop_reconnects_after_losing_its_connection(loop_served, redis_poll
     from tests.support.rpc import build_headers, build_meta
 
     task = running_task(owner="anonymous")
-    assert AsgiRpc().tasks_get(task.id).ok  # the caller, identified on a thread
+    assert AsgiRpc().tasks_get(task.id).ok  # the caller, identified (on a thread) and cached
     monkeypatch.setitem(connection.settings_dict, "CONN_MAX_AGE", 60)  # for the loop's pool, made next
     params = {"taskId": task.id, "_meta": build_meta()}
     body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": params}).encode()
@@ -213,7 +216,7 @@ def test_the_loop_reconnects_after_losing_its_connection(loop_served, redis_poll
         connection.close()  # this thread's session was ended too
     assert [status for status, _ in replies] == [200, 200, 200]
     assert replies[0][1] == replies[1][1] == replies[2][1]
-    assert loop_served == [200, 200], "the second poll went to a thread, the third reconnected on the loop"
+    assert loop_served == [200, 200, 200, 200], "every poll on the loop, the third one reconnected"
 
 
 @postgres_only.LOOP_POLLS
@@ -234,7 +237,7 @@ def test_the_loop_keeps_no_connection_past_conn_max_age(loop_served, redis_poll_
     monkeypatch.setitem(connection.settings_dict, "CONN_MAX_AGE", 0)
     task_sql.close_pools()  # what earlier tests' loops kept
     task = running_task(owner="anonymous")
-    assert AsgiRpc().tasks_get(task.id).ok  # the caller, identified on a thread
+    assert AsgiRpc().request("server/discover").ok  # the caller, identified and cached, on a thread
     params = {"taskId": task.id, "_meta": build_meta()}
     body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": params}).encode()
 

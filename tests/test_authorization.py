@@ -546,7 +546,7 @@ def loop_polls(settings, redis_poll_throttle, request) -> list[int]:
     return request.getfixturevalue("loop_served")
 
 
-def test_cached_oauth_callers_keep_their_scope_checks(issue, signed_in_only, loop_polls):
+def test_cached_oauth_callers_keep_their_scope_checks(issue, signed_in_only, loop_polls, identifications):
     """What the cache holds is a whole authenticate(): a cached caller's tool
     scopes are still checked on the loop, and refusals are never cached."""
     from tests.support.asgi import AsgiRpc
@@ -557,19 +557,47 @@ def test_cached_oauth_callers_keep_their_scope_checks(issue, signed_in_only, loo
     assert loop_polls == [200]
 
     narrow = AsgiRpc(token=issue("alice", scope="mcp"), capabilities=TASKS_CAPS)
-    for _ in range(2):  # on a thread, then from the cache on the loop
+    identifications.clear()
+    for _ in range(2):  # identified on a thread, then from the cache; the tool's scopes checked on the loop
         assert_challenge(narrow.tasks_get(task_id), error="insufficient_scope", status=403, scope="mcp mcp:delete")
-    assert loop_polls == [200, 403]
+    assert loop_polls == [200, 403, 403] and identifications == ["caller"]
 
     for token in (issue("alice", scope="email"), issue("alice", resource=("https://elsewhere.example/mcp",))):
         refused = AsgiRpc(token=token, capabilities=TASKS_CAPS)
-        for _ in range(2):  # never cached: a thread refuses it each time
+        identifications.clear()
+        for _ in range(2):  # never cached: identified, and refused, each time
             reply = refused.tasks_get(task_id)
             assert reply.status in (401, 403) and reply.headers.get("www-authenticate")
-    assert loop_polls == [200, 403]
+        assert len(identifications) == 2 and "caller" not in identifications
 
 
-def test_a_cached_oauth_caller_lasts_no_longer_than_its_token(issue, settings, signed_in_only, loop_polls):
+def test_each_outcome_read_of_a_cached_oauth_caller_logs_one_audit_line(
+    issue, settings, signed_in_only, loop_polls, caplog, django_user_model
+):
+    """A caller with scopes: its reads on the loop (the first one marked only
+    once its scopes allowed it) each log one ``mcptasks.audit`` line."""
+    import logging
+
+    from mcptasks.models import TaskEvent
+    from tests.support.asgi import AsgiRpc
+    from tests.support.factories import completed_task
+
+    settings.LOGGING_CONFIG = None  # each in-process ASGI request sets Django up: keep the level set here
+    caplog.set_level(logging.INFO, logger="mcptasks.audit")
+    admin = AsgiRpc(token=issue("alice", scope="mcp:admin"), capabilities=TASKS_CAPS)
+    admin.request("server/discover")  # identified on a thread
+    task = completed_task(owner=f"user:{django_user_model.objects.get(username='alice').pk}")
+    for _ in range(5):
+        assert admin.tasks_get(task.id).result["status"] == "completed"
+    assert loop_polls == [200] * 5
+    lines = [r for r in caplog.records if r.name == "mcptasks.audit" and getattr(r, "task_id", None) == task.id]
+    assert len(lines) == 5
+    assert TaskEvent.objects.filter(task=task, kind="result_retrieved").count() == 1
+
+
+def test_a_cached_oauth_caller_lasts_no_longer_than_its_token(
+    issue, settings, signed_in_only, loop_polls, identifications
+):
     import time
 
     from tests.support.asgi import AsgiRpc
@@ -578,9 +606,10 @@ def test_a_cached_oauth_caller_lasts_no_longer_than_its_token(issue, settings, s
     owner = AsgiRpc(token=issue("alice", scope="mcp"), capabilities=TASKS_CAPS)
     task_id = owner.create_task("slow_compute", {"seconds": 30})
     short = AsgiRpc(token=issue("alice", scope="mcp", expires_in=1.0), capabilities=TASKS_CAPS)
+    identifications.clear()
     assert short.tasks_get(task_id).status == 200  # identified on a thread
-    assert short.tasks_get(task_id).status == 200
-    assert loop_polls == [200]
+    assert short.tasks_get(task_id).status == 200  # from the cache
+    assert loop_polls == [200, 200] and identifications == ["caller"]
     time.sleep(1.1)
     assert_challenge(short.tasks_get(task_id), error="invalid_token")
-    assert loop_polls == [200]
+    assert identifications == ["caller", "401"], "the cached caller went with its token: identified again"

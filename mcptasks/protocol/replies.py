@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from django.db import DatabaseError
 
 from ..errors import INTERNAL_ERROR, ProtocolError
+from ..tasks.sql import NotOnLoop
 from . import jsonrpc
 from .limits import RateLimited
 from .streaming import Stream
@@ -74,11 +75,17 @@ def failsafe(serve: Callable[[], T], request_id: Any = None) -> T | WireReply:
     500), not an HTML page. The one error path around both eras' handlers."""
     try:
         return serve()
-    except DatabaseError:
+    except Exception as exc:
+        return unexpected_error_reply(exc, request_id)
+
+
+def unexpected_error_reply(exc: Exception, request_id: Any = None) -> WireReply:
+    """The answer to an error no handler answers, wherever it was served
+    (a thread, through :func:`failsafe`, or the event loop), logged once."""
+    if isinstance(exc, DatabaseError | NotOnLoop):
         # The database went away around the request (a restart): a clean
         # JSON-RPC error; the next request reconnects.
-        logger.warning("database unavailable", exc_info=True)
+        logger.warning("database unavailable", exc_info=exc)
         return error_reply(ProtocolError(INTERNAL_ERROR, STORE_UNAVAILABLE), request_id, status=503)
-    except Exception:
-        logger.exception("unexpected error serving /mcp")
-        return error_reply(ProtocolError(INTERNAL_ERROR, "Internal error"), request_id, status=500)
+    logger.error("unexpected error serving /mcp", exc_info=exc)
+    return error_reply(ProtocolError(INTERNAL_ERROR, "Internal error"), request_id, status=500)

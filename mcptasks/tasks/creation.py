@@ -16,13 +16,12 @@ from typing import Any
 from django.db import connection, connections, models, transaction
 from django.utils import timezone
 
-from .. import signals
 from ..conf import settings
 from ..models import Era, InputRequest, InputRequestState, Task, TaskEvent, TaskStatus
 from ..telemetry import metrics, tracing
 from . import dispatch, quota, sql
 from .dispatch import enqueue_after_commit
-from .events import EventKind, announce, announce_committed, client_actor, record_event
+from .events import EventKind, aannounce_created, announce, client_actor, record_event, send_created
 
 
 def clamp_ttl(requested_ms: int | None, tool_default_ms: int | None = None) -> int:
@@ -67,7 +66,7 @@ def create_task(
         _insert_created_sql(task, actor, detail, answered or {})
     else:
         _insert_created_orm(task, actor, detail, answered or {})
-    transaction.on_commit(lambda: signals.task_created.send(sender=Task, task=task))
+    transaction.on_commit(lambda: send_created(task))
     announce(task.id, "", TaskStatus.WORKING, actor, EventKind.CREATED, task=task)
     metrics.task_created(tool_name)
     if enqueue:
@@ -133,8 +132,7 @@ async def acreate_task(
         return None
     task._state.adding = False
     task._state.db = Task.objects.db
-    signals.task_created.send(sender=Task, task=task)
-    announce_committed(task, "", actor, EventKind.CREATED)
+    await aannounce_created(task, actor)
     metrics.task_created(tool_name, committed=True)
     await send(task.id, dispatch.route(tool_name))
     return task

@@ -1,16 +1,30 @@
 """What every change leaves behind: its ``TaskEvent`` row, and once committed
 a ``signals.task_changed`` and a structured log line (on the ``mcptasks.lifecycle`` logger).
-Actors are named here too."""
+Actors are named here too.
+
+The signals' receivers are site code (and the app's own publishers): they
+run on a thread, after the commit, once per event, whatever path made the
+change. A change committed on a thread sends them there, from
+``transaction.on_commit``; one committed on the event loop awaits them on a
+thread (``aannounce_committed``), never on the loop, where the ORM raises.
+A receiver that raises is logged and the others still run: the change is
+committed, and its request is answered as such.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
+import functools
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from concurrent.futures import Executor
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from django.db import transaction
+from django.db import close_old_connections, transaction
+from django.dispatch import Signal
 
 from .. import signals
 from ..models import Task, TaskEvent, TaskStatus
@@ -98,9 +112,87 @@ def announce_committed(
     progress: Mapping[str, Any] | None = None,
 ) -> None:
     """``announce`` for a change already committed (a statement in
-    autocommit on the event loop), with the row as it left it and, where
-    it waits, its pending questions."""
+    autocommit), on a thread, with the row as it left it and, where it
+    waits, its pending questions."""
     _send(task.id, from_status, task.status, actor, kind, task, pending if pending is not None else {}, progress)
+
+
+async def aannounce_committed(
+    task: Task, from_status: str, actor: str, kind: str, *, pending: dict[str, Any] | None = None
+) -> None:
+    """``announce_committed`` for a change committed on the event loop: the
+    receivers run on a thread, awaited."""
+    await on_a_thread(lambda: announce_committed(task, from_status, actor, kind, pending=pending))
+
+
+async def aannounce_created(task: Task, actor: str) -> None:
+    """A creation committed on the event loop: ``task_created`` and its
+    ``task_changed``, on one thread, awaited (as ``aannounce_committed``)."""
+
+    def send() -> None:
+        send_created(task)
+        _send(task.id, "", task.status, actor, EventKind.CREATED, task, {})
+
+    await on_a_thread(send)
+
+
+def send_created(task: Task) -> None:
+    """``signals.task_created`` for a committed task (on a thread)."""
+    send_robustly(signals.task_created, task=task)
+
+
+#: The threads that run receivers for changes committed on the event loop:
+#: the endpoint's pool, installed when the app is ready (``apps``); the
+#: loop's default executor until then.
+_receiver_threads: Callable[[], Executor] | None = None
+
+
+def run_receivers_on(threads: Callable[[], Executor]) -> None:
+    """Where ``aannounce_committed`` runs receivers: ``threads()``'s pool."""
+    global _receiver_threads
+    _receiver_threads = threads
+
+
+async def on_a_thread(work: Callable[[], None]) -> None:
+    """Run ``work`` (which sends the signals) on a receiver thread, with the
+    caller's context, and wait for it; Django's connection upkeep around it,
+    as for a request."""
+    if not _has_receivers():
+        work()  # the log line alone: no site code, so no hop
+        return
+    context = contextvars.copy_context()
+
+    def run() -> None:
+        close_old_connections()
+        try:
+            context.run(work)
+        finally:
+            close_old_connections()
+
+    executor = _receiver_threads() if _receiver_threads is not None else None
+    await asyncio.get_running_loop().run_in_executor(executor, run)
+
+
+def _has_receivers() -> bool:
+    return signals.task_changed.has_listeners(Task) or signals.task_created.has_listeners(Task)
+
+
+def send_robustly(signal: Signal, **named: Any) -> None:
+    """Send ``signal`` to every receiver once; a receiver's error is logged
+    and does not stop the others (nor undo, nor repeat, what committed)."""
+    for receiver, outcome in signal.send_robust(sender=Task, **named):
+        if isinstance(outcome, Exception):
+            logger.error(
+                "receiver %s failed after a committed change",
+                _receiver_name(receiver),
+                exc_info=(type(outcome), outcome, outcome.__traceback__),
+                extra={"task_id": named.get("task_id") or getattr(named.get("task"), "id", None)},
+            )
+
+
+def _receiver_name(receiver: Any) -> str:
+    target = receiver.func if isinstance(receiver, functools.partial) else receiver
+    return f"{getattr(target, '__module__', '?')}.{getattr(target, '__qualname__', repr(target))}"
 
 
 def _send(
@@ -123,8 +215,8 @@ def _send(
         actor,
         extra={"task_id": task_id, "kind": kind, "from_status": from_status, "to_status": to_status, "actor": actor},
     )
-    signals.task_changed.send(
-        sender=Task,
+    send_robustly(
+        signals.task_changed,
         task_id=task_id,
         from_status=from_status,
         to_status=to_status,

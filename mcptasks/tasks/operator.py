@@ -88,7 +88,7 @@ def note_result_retrieved(task: Task, *, actor: str) -> bool:
     ``outcome_read_at`` (set once). Reads of unfinished tasks (the polling hot
     path) cost nothing, and later reads of a finished one cost nothing either:
     the row read for the answer carries the mark. Returns whether an event
-    was written. (``reads.poll`` does both as it reads the task.)
+    was written. (``reads.poll`` marks as it reads the task; its caller logs.)
     """
     log_outcome_read(task, actor=actor)
     return mark_outcome_read(task, actor=actor)

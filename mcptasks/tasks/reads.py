@@ -7,7 +7,7 @@ On Postgres each is one named statement (``task_lookup``, ``task_poll`` in
 the same, and the loop forms are not available (``sql.NotOnLoop``). The first
 read of a finished task's outcome has one writer per backend:
 ``mark_outcome_read`` (``task_poll`` on Postgres), and every read of one is
-logged (``log_outcome_read``).
+logged (``log_outcome_read``, by the caller that answers the read).
 """
 
 from __future__ import annotations
@@ -72,8 +72,9 @@ def lookup(task_id: str, owner: str) -> Task | None:
 def poll(task_id: str, owner: str, *, actor: str) -> Task | None:
     """``lookup``, and, for a finished task whose outcome nobody has read, the
     mark of that first read (``outcome_read_at``) and its ``result_retrieved``
-    event by ``actor``: one statement on Postgres. Every read of a finished
-    task's outcome is logged on ``mcptasks.audit``."""
+    event by ``actor``: one statement on Postgres. (The audit line of each
+    outcome read is the caller's to log once the read is answered:
+    ``log_outcome_read``.)"""
     if sql.single_statement():
         cursor = sql.execute("task_poll", _poll_params(task_id, owner, actor))
         task = _task(sql.column_names(cursor), cursor.fetchone())
@@ -81,8 +82,6 @@ def poll(task_id: str, owner: str, *, actor: str) -> Task | None:
         task = lookup(task_id, owner)
         if task is not None:
             mark_outcome_read(task, actor=actor)
-    if task is not None:
-        log_outcome_read(task, actor=actor)
     return task
 
 
@@ -99,10 +98,7 @@ async def apoll(task_id: str, owner: str, *, actor: str) -> Task | None:
     if not sql.loop_available():
         raise sql.NotOnLoop("not Postgres")
     result = await sql.aexecute("task_poll", _poll_params(task_id, owner, actor))
-    task = _task(result.names, result.first())
-    if task is not None:
-        log_outcome_read(task, actor=actor)
-    return task
+    return _task(result.names, result.first())
 
 
 def log_outcome_read(task: Task, *, actor: str) -> None:

@@ -172,7 +172,9 @@ class Session:
 
 
 class NotOnLoop(Exception):
-    """This request cannot be served on the event loop: take the thread path."""
+    """The task store cannot be reached on the event loop (its database
+    failed there, or it is not Postgres); the request is answered as an
+    outage (503), never served again on a thread."""
 
 
 def loop_available() -> bool:
@@ -193,9 +195,8 @@ class _Pool:
     Opened from ``DATABASES`` for the alias the task manager uses, in
     autocommit: each operation on the loop is one statement. When the
     database fails (a connection lost to a restart, say), the connection is
-    dropped, so the next call reconnects, and :class:`NotOnLoop` sends the
-    request to the thread path, which answers as it always has (a 503 while
-    the database is down).
+    dropped, so the next call reconnects, and :class:`NotOnLoop` answers
+    the request as the thread path would (a 503 while the database is down).
     """
 
     def __init__(self, alias: str, size: int) -> None:

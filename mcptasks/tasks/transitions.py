@@ -42,7 +42,7 @@ from ..tools.context import validate_input_response
 from ..tools.results import is_tool_error
 from . import quota, sql
 from .dispatch import enqueue_after_commit, loop_sender, route
-from .events import EventKind, announce, announce_committed, record_event, worker_actor
+from .events import EventKind, aannounce_committed, announce, record_event, worker_actor
 
 #: The status rule: the statuses each status may move to. A terminal status
 #: is final, so it has no entry.
@@ -204,7 +204,11 @@ def _end(
             return _transition(task_id, to=to, actor=actor, fields=fields, extra_filter=guard)
     params = _end_params(task_id, to, now=now, actor=actor, message=message, error=error, lapsed_at=lapsed_at)
     cursor = sql.execute("task_end", params)
-    return _ended(sql.column_names(cursor), cursor.fetchone(), actor, committed=False)
+    ended = _ended(sql.column_names(cursor), cursor.fetchone(), committed=False)
+    if ended is not None:
+        task, from_status = ended
+        announce(task.id, from_status, task.status, actor, EventKind.TRANSITION, task=task)
+    return ended is not None
 
 
 def _end_params(
@@ -242,19 +246,19 @@ async def acancel(task_id: str, *, actor: str, reason: str = "") -> bool:
         task_id, TaskStatus.CANCELLED, now=timezone.now(), actor=actor, message=reason or "The task was cancelled."
     )
     result = await sql.aexecute("task_end", params)
-    return _ended(result.names, result.first(), actor, committed=True)
+    ended = _ended(result.names, result.first(), committed=True)
+    if ended is not None:
+        await aannounce_committed(ended[0], ended[1], actor, EventKind.TRANSITION)
+    return ended is not None
 
 
-def _ended(names: list[str], row: Any, actor: str, *, committed: bool) -> bool:
+def _ended(names: list[str], row: Any, *, committed: bool) -> tuple[Task, str] | None:
+    """The row ``task_end`` left and the status it left, counted; ``None`` when nothing moved."""
     if row is None:
-        return False
+        return None
     task = Task.objects.from_row(names[:-1], row[:-1])
     metrics.task_finished(task.tool_name, task.status, committed=committed)
-    if committed:
-        announce_committed(task, row[-1], actor, EventKind.TRANSITION)
-    else:
-        announce(task.id, row[-1], task.status, actor, EventKind.TRANSITION, task=task)
-    return True
+    return task, row[-1]
 
 
 def request_input(task_id: str, requests: Mapping[str, Mapping[str, Any]], *, worker: str, message: str = "") -> bool:
@@ -366,13 +370,13 @@ async def asubmit_input(task_id: str, responses: Mapping[str, Any], *, actor: st
         left = await db.execute("input_answer", params)
     task = Task.objects.from_row(left.names, left.first())
     if resume:
-        announce_committed(task, locked[0], actor, EventKind.TRANSITION)
+        await aannounce_committed(task, locked[0], actor, EventKind.TRANSITION)
         send = loop_sender()
         assert send is not None, "the caller checks that a loop sender is installed"
         await send(task_id, route(task.tool_name))
     else:
         remaining = {key: asked for key, asked in pending.items() if key not in accepted}
-        announce_committed(task, locked[0], actor, EventKind.INPUT, pending=remaining)
+        await aannounce_committed(task, locked[0], actor, EventKind.INPUT, pending=remaining)
     return accepted
 
 

@@ -5,8 +5,8 @@ the message to a thread (the thread's copy of the context then has the span
 current, so a task created there stores it), :func:`note_reply` where the
 reply is known, and :func:`close_request` when it is sent. Requests answered on
 the event loop report once, with :func:`served_on_loop`, except a creation
-there, which opens its span first (its row stores it) and abandons it
-(:func:`abandon_request`) when the thread path serves the request after all.
+there, which opens its span first (its row stores it) and closes it as a
+thread's request does.
 
 Ours is the server span, unless an instrumentation (Django, ASGI) already
 has a span active around the endpoint: then ours is an ``INTERNAL`` child of
@@ -138,16 +138,6 @@ def served_on_loop(
     )
     _note(state, body, status)
     _end(state, time.time_ns())
-
-
-def abandon_request(state: RequestState | None) -> None:
-    """Restore the context without ending the span: the request is served
-    again on the thread path, which reports it."""
-    if state is None:
-        return
-    if state.token is not None:
-        otel_context.detach(state.token)
-    _current.set(None)
 
 
 def now_ns() -> int:

@@ -17,17 +17,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import logging
 import tempfile
 from collections.abc import Awaitable, Callable, Mapping
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from django.conf import settings as django_settings
 from django.core.exceptions import RequestAborted
-from django.core.handlers.asgi import ASGIHandler
+from django.core.handlers.asgi import ASGIHandler, ASGIRequest
 from django.http import HttpResponseBase
 from django.http.request import split_domain_port, validate_host
 from django.urls import set_script_prefix
+
+if TYPE_CHECKING:
+    from ..protocol.caller import Caller
+    from ..protocol.jsonrpc import Message
+    from ..protocol.replies import WireReply
 
 logger = logging.getLogger("mcptasks.views")
 
@@ -100,11 +106,10 @@ class MCPHandler(ASGIHandler):
             await self.send_response(_too_large_response(), send)
             return
         if scope.get("method") == "POST":
-            try:
-                served = await _serve_on_loop(scope, body.read())
-            except Exception:  # never the loop's to answer: the thread path does, as before
-                logger.warning("request left to the thread path after an unexpected error", exc_info=True)
-                served = None
+            # Either the loop serves the request, and answers it whatever
+            # happens, or it leaves it untouched to the thread path: a
+            # request is never served twice.
+            served = await _serve_on_loop(scope, body.read())
             if served is not None:
                 body.close()
                 await self.send_response(served, send)
@@ -148,20 +153,33 @@ class MCPHandler(ASGIHandler):
 
 async def _serve_on_loop(scope: Scope, body: bytes) -> HttpResponseBase | None:
     """The response to a modern request that the event loop's pipeline
-    serves (``on_loop.METHODS``: a task tool's creation, ``tasks/get``,
-    ``tasks/update``, ``tasks/cancel``), or ``None`` for a request the thread path must serve: one it would refuse
-    before the handler (Host, Origin, body, envelope, credentials), one whose
-    caller is not in the identity cache (the thread path identifies it and
-    fills the cache), and whatever ``on_loop`` leaves to it. So every refusal
-    keeps its one home, in ``views``."""
+    serves (``on_loop.takes``: a task tool's creation, ``tasks/get``,
+    ``tasks/update``, ``tasks/cancel``), or ``None`` for a request the thread
+    path serves from the start (:func:`_taken_by_loop`, decided before
+    anything is read or written). A request the loop takes is answered here,
+    errors included (``replies.failsafe``'s answers), once."""
+    try:
+        taken = _taken_by_loop(scope, body)
+    except Exception:  # nothing is done yet: the thread path serves it, and answers whatever this was
+        logger.warning("the event loop could not decide on a request; the thread path serves it", exc_info=True)
+        return None
+    if taken is None:
+        return None
+    return await _answer_on_loop(scope, body, *taken)
+
+
+def _taken_by_loop(scope: Scope, body: bytes) -> tuple[Any, Message, Caller | None, dict[str, str]] | None:
+    """The request, its message, its caller (``None`` when the identity
+    cache does not know it yet) and headers if the loop takes it; ``None``
+    for one the thread path serves: one it would refuse before the handler
+    (Host, Origin, body, envelope), one whose caller may never come from the
+    identity cache (``identity_cache.request_key``), and whatever
+    ``on_loop.takes`` leaves to it. So every refusal keeps its one home, in
+    ``views``."""
     from ..errors import ProtocolError
     from ..protocol import jsonrpc, limits
-    from ..protocol.modern import handlers as modern
     from ..protocol.modern import on_loop
-    from ..protocol.replies import error_reply, result_reply
-    from ..telemetry import requests as request_telemetry
     from . import identity_cache
-    from .rendering import render
     from .views import legacy_wire, origin_allowed
 
     if not any(method in body for method in _LOOP_METHODS) or not on_loop.available():
@@ -184,34 +202,72 @@ async def _serve_on_loop(scope: Scope, body: bytes) -> HttpResponseBase | None:
         message = jsonrpc.parse_message(data)
     except (ProtocolError, ValueError):
         return None  # the thread path refuses it
-    if message.is_notification or message.method not in on_loop.METHODS:
+    if message.is_notification or not on_loop.takes(message, headers):
         return None
     key = identity_cache.request_key(headers, scope)
-    caller = identity_cache.lookup(key) if key is not None else None
-    if caller is None:
-        return None
+    if key is None:
+        return None  # a caller that must not come from the cache (cookies, other authentication): a thread's
+    return data, message, identity_cache.lookup(key), headers
+
+
+async def _answer_on_loop(
+    scope: Scope, body: bytes, data: Any, message: Message, caller: Caller | None, headers: Mapping[str, str]
+) -> HttpResponseBase:
+    """Serve a request the loop took, and answer it: its result, its
+    protocol error, a refusal of its credentials, or (an outage, a bug) the
+    one error path's answer. A caller the identity cache does not know is
+    identified on a thread, at that step (DRF's authenticators are
+    synchronous), which fills the cache."""
+    from ..errors import ProtocolError
+    from ..protocol.modern import handlers as modern
+    from ..protocol.modern import on_loop
+    from ..protocol.replies import WireReply, error_reply, result_reply, unexpected_error_reply
+    from ..telemetry import requests as request_telemetry
+    from .rendering import render
+
     started = request_telemetry.now_ns()
     # A creation stores the request's trace context on its row, so its span
     # is current while it runs; other requests report once answered.
     opened = request_telemetry.open_request(data, headers) if message.method == "tools/call" else None
     try:
-        result = await on_loop.serve(message, caller, headers)
-    except on_loop.NotOnLoop:
-        request_telemetry.abandon_request(opened)
-        return None
-    except ProtocolError as exc:
-        reply = error_reply(exc, message.id, status=modern.http_status(exc))
-    except BaseException:
-        request_telemetry.abandon_request(opened)  # the thread path serves it, in a span of its own
-        raise
-    else:
-        reply = result_reply(message.id, result)
-    if opened is None:
-        request_telemetry.served_on_loop(data, headers, started, reply.body, reply.status)
-    else:
-        request_telemetry.note_reply(reply.body, reply.status)
+        try:
+            identified = caller if caller is not None else await _identify(scope, body, message.id)
+            if isinstance(identified, WireReply):
+                reply = identified  # refused: 401 or 403, with its challenge
+            else:
+                reply = result_reply(message.id, await on_loop.serve(message, identified, headers))
+        except ProtocolError as exc:
+            reply = error_reply(exc, message.id, status=modern.http_status(exc))
+        except Exception as exc:  # answered once, as on a thread: never served again
+            reply = unexpected_error_reply(exc, message.id)
+        if opened is None:
+            request_telemetry.served_on_loop(data, headers, started, reply.body, reply.status)
+        else:
+            request_telemetry.note_reply(reply.body, reply.status)
+    finally:
         request_telemetry.close_request(opened)
     return render(reply)
+
+
+async def _identify(scope: Scope, body: bytes, request_id: Any) -> Caller | WireReply:
+    """``views.authenticated_caller`` on one of the endpoint's threads, for
+    a Django request made from the scope (no middleware runs on this route)."""
+    from asgiref.sync import sync_to_async
+    from django.db import close_old_connections
+
+    from ..protocol.threads import worker_threads
+    from .views import authenticated_caller
+
+    request = ASGIRequest(scope, io.BytesIO(body))
+
+    def identify() -> Caller | WireReply:
+        close_old_connections()
+        try:
+            return authenticated_caller(request, request_id)
+        finally:
+            close_old_connections()
+
+    return await sync_to_async(identify, thread_sensitive=False, executor=worker_threads())()
 
 
 #: The methods of ``on_loop.METHODS``, as they appear in a body.

@@ -81,7 +81,9 @@ def legacy_wire(header: str | None, data: Any) -> bool:
     return not (isinstance(meta, dict) and META_VERSION in meta)
 
 
-def _authenticated(request: HttpRequest, request_id: Any = None) -> Caller | WireReply:
+def authenticated_caller(request: HttpRequest, request_id: Any = None) -> Caller | WireReply:
+    """The caller, or the reply that refuses it (401, 403); fills the identity
+    cache for requests served through ASGI."""
     try:
         caller = authenticate(request)  # identify, then the OAuth resource-server checks
     except NotAuthenticated as exc:
@@ -213,7 +215,7 @@ def _on_our_threads(serve: Callable[..., WireReply | PendingReply]) -> Callable[
 
 @_on_our_threads
 def _serve_session_request(request: HttpRequest) -> WireReply:
-    caller = _authenticated(request)
+    caller = authenticated_caller(request)
     if isinstance(caller, WireReply):
         return caller
     return legacy.handle_session_request(request.method or "GET", request.headers.get(legacy.SESSION_HEADER), caller)
@@ -222,7 +224,7 @@ def _serve_session_request(request: HttpRequest) -> WireReply:
 @_on_our_threads
 def _serve_post(request: HttpRequest, data: Any) -> WireReply | PendingReply:
     if is_legacy(request, data):
-        caller = _authenticated(request, data.get("id") if isinstance(data, dict) else None)
+        caller = authenticated_caller(request, data.get("id") if isinstance(data, dict) else None)
         if isinstance(caller, WireReply):
             return caller
         return legacy.handle_post(request.headers.get(legacy.SESSION_HEADER), data, caller)
@@ -232,7 +234,7 @@ def _serve_post(request: HttpRequest, data: Any) -> WireReply | PendingReply:
         return error_reply(exc, _request_id((data,)))
     except ProtocolError as exc:
         return error_reply(exc)
-    caller = _authenticated(request, message.id)
+    caller = authenticated_caller(request, message.id)
     if isinstance(caller, WireReply):
         return caller
     if message.is_notification:

@@ -30,6 +30,7 @@ from ...errors import (
 )
 from ...models import Era, Task, TaskStatus
 from ...tasks import lifecycle, reads
+from ...tasks.reads import log_outcome_read
 from ...tools.calls import tool_context
 from ...tools.context import ToolContext
 from ...tools.invoke import invoke
@@ -400,9 +401,13 @@ def get_task(req: Request) -> Reply:
 
 
 def polled_task(req: Request, task: Task) -> dict[str, Any]:
-    """tasks/get's answer once the poll is counted (a scoped caller's first read: audited now)."""
-    if not marks_in_the_read(req):
-        lifecycle.note_result_retrieved(task, actor=lifecycle.client_actor(req.caller.owner))
+    """tasks/get's answer once the poll is counted: an outcome read audited
+    (one ``mcptasks.audit`` line), and a scoped caller's first read marked now."""
+    actor = lifecycle.client_actor(req.caller.owner)
+    if marks_in_the_read(req):
+        log_outcome_read(task, actor=actor)  # the read marked it
+    else:
+        lifecycle.note_result_retrieved(task, actor=actor)
     return complete(detailed_task(task))
 
 
