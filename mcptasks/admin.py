@@ -14,7 +14,6 @@ search, and the change list never loads the JSON columns.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from typing import Any
 
@@ -31,19 +30,15 @@ from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
 from django.utils.http import url_has_allowed_host_and_scheme
 
-from .admin_display import OutcomeFilter, precise_time
+from .admin_display import OutcomeFilter, ToolFilter, precise_time, pretty_json, short_time, status_badge
 from .admin_overview import OverviewEntryAdmin, describe_controls, overview_urls
 from .models import ACTIVE_STATUSES, TERMINAL_STATUSES, InputRequest, Task, TaskEvent, TaskOverview
 from .tasks import lifecycle, sql
 from .tools import effective
-from .tools.registry import registry
 
 #: Above this many matching rows the change list says "more than N" instead
 #: of counting them all.
 COUNT_CAP = 10_000
-#: Longest JSON shown on the detail page (a result may carry megabytes of
-#: base64); the rest is cut with a note.
-JSON_DISPLAY_LIMIT = 20_000
 
 
 # Paginator, ModelAdmin and TabularInline are generic only in django-stubs: subscripted, they fail at run time.
@@ -98,51 +93,9 @@ class EstimatedCountPaginator(Paginator):  # type: ignore[type-arg]
         return int(row[0]) if row and row[0] is not None and row[0] >= 0 else None
 
 
-class ToolFilter(admin.SimpleListFilter):
-    """Tools from the registry: no ``SELECT DISTINCT tool_name`` over the table."""
-
-    title = "tool"
-    parameter_name = "tool"
-
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return sorted((tool.name, tool.name) for tool in registry.all())
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        value = self.value()
-        return queryset.filter(tool_name=value) if value else queryset
-
-
-def pretty_json(value: Any) -> str:
-    if value is None:
-        return "-"
-    text = json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
-    note = ""
-    if len(text) > JSON_DISPLAY_LIMIT:
-        note = f"\n… ({len(text) - JSON_DISPLAY_LIMIT} more characters; see `manage.py mcptasks inspect`)"
-        text = text[:JSON_DISPLAY_LIMIT]
-    return format_html('<pre class="mcptasks-json">{}{}</pre>', text, note)
-
-
 def change_url(task_id: str) -> str:
     """A task's admin page. Ids may hold "_", which the admin escapes in URLs."""
     return reverse("admin:mcptasks_task_change", args=[quote(task_id)])
-
-
-def short_time(value: Any) -> str:
-    """``2026-11-22 14:05:09`` in the current time zone, with the full value on hover."""
-    return precise_time(value)
-
-
-def status_badge(status: str, tool_error: bool = False) -> str:
-    """The status as a badge; a run that ended with the tool's error result
-    (``Task.tool_error``) says so, whatever the era's status."""
-    if tool_error:
-        return format_html(
-            '<span class="mcptasks-badge mcptasks-{} mcptasks-tool_error">{} · tool error</span>',
-            status,
-            status.replace("_", " "),
-        )
-    return format_html('<span class="mcptasks-badge mcptasks-{}">{}</span>', status, status.replace("_", " "))
 
 
 class _ReadOnlyInline(admin.TabularInline):  # type: ignore[type-arg]  # generic only in the stubs (above)
