@@ -2,7 +2,8 @@
 MariaDB (the ORM backend), with RabbitMQ as its broker, and on Postgres behind
 PgBouncer in transaction mode (``PREPARE_STATEMENTS`` and the poll snapshot
 off). Each shape passes the tasks-* conformance scenarios, the official SDK's
-task flows and a 2025-11-25 task's round trip.
+task flows and a 2025-11-25 task's round trip, and holds a tool's concurrency
+limit across two worker processes (the database decides).
 
 They run in a pass of their own (``bin/test`` runs ``pytest -m deployments``
 after the main pass): a run whose ``-m`` does not name ``deployments`` leaves
@@ -115,3 +116,28 @@ def test_a_2025_11_25_task_round_trip(deployment: Any) -> None:
         assert ended["id"] == 2 and ended["error"]["data"]["status"] == "cancelled", ended
     finally:
         client.close()
+
+
+def test_a_concurrency_limit_holds_across_worker_processes(deployment: Any) -> None:
+    """Eight runs of a tool limited to two at once, on two worker processes:
+    never more than two run at any instant, and all complete."""
+    client = HttpRpc(deployment.url)
+    try:
+        tasks = [client.create_task("limited_work", {"seconds": 0.4}) for _ in range(8)]
+        for task_id in tasks:
+            assert client.wait_for(task_id, timeout=120)["status"] == "completed"
+    finally:
+        client.close()
+    spans: dict[str, list[float]] = {}
+    for name in ("worker0", "worker1"):
+        for line in deployment.log_text(name).splitlines():
+            if "limited_work " in line and (" start " in line or " end " in line):
+                task_id, _, at = line.split("limited_work ", 1)[1].split()[:3]
+                spans.setdefault(task_id, []).append(float(at))
+    assert all(len(spans.get(t, [])) == 2 for t in tasks), spans
+    edges = sorted([(spans[t][0], 1) for t in tasks] + [(spans[t][1], -1) for t in tasks])
+    running = most = 0
+    for _, step in edges:
+        running += step
+        most = max(most, running)
+    assert most == deployments.CONCURRENCY, f"{most} runs at once"

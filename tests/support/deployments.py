@@ -8,6 +8,7 @@ it (a service that does not answer, a program or driver that is missing).
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
@@ -25,6 +26,8 @@ from urllib.parse import urlsplit
 from tests.support import live, processes
 
 SHAPES = ("mariadb", "rabbitmq", "pgbouncer")
+#: The concurrency limit of the test site's ``limited_work`` tool in these stacks.
+CONCURRENCY = 2
 
 MARIADB_URL = os.environ.get("MCPTASKS_TEST_MARIADB_URL", "mysql://root@127.0.0.1:3306/mcptasks")
 RABBITMQ_URL = os.environ.get("MCPTASKS_TEST_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672//")
@@ -201,6 +204,8 @@ def deployment_stack(shape: str, log_dir: Path) -> Iterator[live.LiveStack]:
                 "CELERY_BROKER_URL": broker_url,
                 "REDIS_URL": redis_url,
                 "MCP_CELERY_QUEUE": queue,
+                # The database decides a tool's concurrency across worker processes.
+                "MCP_TOOL_CONTROLS": json.dumps({"limited_work": {"concurrency": CONCURRENCY}}),
             }
         )
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -213,6 +218,7 @@ def deployment_stack(shape: str, log_dir: Path) -> Iterator[live.LiveStack]:
             queue=queue,
             env=env,
             log_dir=log_dir,
+            workers=2,
         )
         try:
             stack.manage("migrate", "--noinput", timeout=300)
