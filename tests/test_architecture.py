@@ -181,3 +181,23 @@ def test_celery_task_names_are_unchanged():
         "mcptasks.prune_expired",
     )
     assert {"mcptasks.run_task", "mcptasks.sweep", "mcptasks.prune_expired"} <= set(current_app.tasks)
+
+
+def test_docs_architecture_names_every_module():
+    """docs/architecture.md's module list keeps up with the package."""
+    text = (PACKAGE.parent / "docs" / "architecture.md").read_text()
+    listed = text.split("## Every module", 1)[1].split("\n## ", 1)[0]
+    missing = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(PACKAGE)
+        if "migrations" in relative.parts or (path.name == "__init__.py" and relative.parent != Path(".")):
+            continue
+        folder = relative.parts[0] + "/" if len(relative.parts) > 1 else ""
+        name = str(relative)[len(folder) :] if folder else str(relative)
+        heading = f"**{folder}.**"
+        section = listed.split(heading, 1)[1].split("\n\n**", 1)[0] if folder and heading in listed else listed
+        if heading not in listed:
+            name = str(relative)
+        if f"`{name}`" not in section:
+            missing.append(str(relative))
+    assert missing == []
