@@ -42,7 +42,7 @@ from .tools.calls import tool_context
 from .tools.invoke import invoke
 from .tools.owners import owner_for
 from .tools.registry import Tool, registry
-from .worker import jobs
+from .worker import jobs, progress
 
 __all__ = ["DEFAULT_CAPABILITIES", "InlineCall", "TaskCall", "accept", "call_tool", "decline", "run_inline"]
 
@@ -146,6 +146,9 @@ class TaskCall:
                 "mark the test pytest.mark.django_db(transaction=True), or use TransactionTestCase"
             )
         self.runs.append(str(jobs.run_task.run(self.task_id)))
+        # The run's status writer holds a connection for a while; a test
+        # database is dropped right after the tests.
+        progress.writer.release()
         return self
 
     def answer(self, responses: Mapping[str, Any] | None = None, /, **by_key: Any) -> TaskCall:

@@ -281,7 +281,7 @@ def test_step_up_to_a_tools_scope(oauth_stack, signed_in):
 
 
 def test_another_users_token_finds_no_task(oauth_stack, signed_in):
-    task_id = signed_in["tasks"].created[0].task_id
+    task_id = signed_in["created"][0].task_id
     bob = rpc(oauth_stack, sign_in(oauth_stack, "bob")["access_token"])
     alice = rpc(oauth_stack, signed_in["storage"].tokens.access_token)
     try:

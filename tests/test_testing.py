@@ -12,6 +12,7 @@ from mcptasks import ProtocolError, ToolContext, tool
 from mcptasks.models import TaskEvent
 from mcptasks.testing import TaskCall, accept, call_tool, decline, run_inline
 from mcptasks.tools.registry import registry
+from tests.support import postgres_only
 from tests.support.factories import transitions
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -159,3 +160,18 @@ def test_the_inline_way_asks_in_rounds():
 def test_uncommitted_rows_are_refused_with_a_clear_message():
     with pytest.raises(RuntimeError, match=r"django_db\(transaction=True\)"):
         call_tool("slow_compute", {"seconds": 0})
+
+
+@postgres_only.SESSIONS
+def test_a_call_leaves_no_connection_of_its_own_behind(published):
+    """Django's test runner drops the test database right after the tests: a
+    run's status writer must have let its connection go by then."""
+    from django.db import connection
+
+    call = call_tool("count_to", {"n": 3, "step_seconds": 0})
+    assert call.status == "completed"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        assert cursor.fetchone()[0] == 0

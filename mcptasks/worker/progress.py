@@ -102,6 +102,7 @@ class StatusWriter:
         self._due: list[tuple[float, int, RunStatus]] = []
         self._order = itertools.count()
         self._thread: threading.Thread | None = None
+        self._releases: list[threading.Event] = []
 
     def schedule(self, run: RunStatus, due: float) -> None:
         if self._pid != os.getpid():  # forked: the parent's thread did not come along
@@ -113,11 +114,28 @@ class StatusWriter:
                 self._thread.start()
             self._ready.notify()
 
+    def release(self, timeout: float = END_WAIT_SECONDS) -> bool:
+        """Let the writer's database connection go once nothing is due, and
+        wait for it: before a database the runs wrote to is dropped (a test
+        run's, which ``mcptasks.testing`` serves). Whether it was let go."""
+        with self._ready:
+            if self._pid != os.getpid() or self._thread is None or not self._thread.is_alive():
+                return True
+            released = threading.Event()
+            self._releases.append(released)
+            self._ready.notify()
+        return released.wait(timeout)
+
     def _next(self) -> RunStatus:
         """The next run whose write is due, once it is."""
         with self._ready:
             while True:
                 if not self._due:
+                    if self._releases:
+                        connection.close()
+                        for released in self._releases:
+                            released.set()
+                        self._releases.clear()
                     if not self._ready.wait(IDLE_SECONDS) and not self._due and connection.connection is not None:
                         connection.close()  # idle: hold no connection while nothing is reported
                     continue

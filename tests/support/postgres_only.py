@@ -55,3 +55,4 @@ POLL_SNAPSHOT = pytest.mark.postgres_only(reason="the poll snapshot listens with
 
 #: Each UPDATE of a task's row counted by a trigger installed for the test.
 ROW_UPDATE_TRIGGER = pytest.mark.postgres_only(reason="each UPDATE of a task's row counted by a Postgres trigger")
+SESSIONS = pytest.mark.postgres_only(reason="the database's other sessions, read from pg_stat_activity")
