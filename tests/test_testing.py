@@ -163,15 +163,27 @@ def test_uncommitted_rows_are_refused_with_a_clear_message():
 
 
 @postgres_only.SESSIONS
-def test_a_call_leaves_no_connection_of_its_own_behind(published):
+def test_a_call_leaves_no_connection_of_its_own_behind(published, monkeypatch):
     """Django's test runner drops the test database right after the tests: a
     run's status writer must have let its connection go by then."""
     from django.db import connection
 
-    call = call_tool("count_to", {"n": 3, "step_seconds": 0})
+    from mcptasks.worker import progress
+
+    written: list[str] = []
+    write = progress.lifecycle.set_status_message
+
+    def counted(task_id: str, message: str, **options: object) -> object:
+        written.append(message)
+        return write(task_id, message, **options)
+
+    monkeypatch.setattr(progress.lifecycle, "set_status_message", counted)
+    call = call_tool("count_to", {"n": 4, "step_seconds": 0.1})
     assert call.status == "completed"
+    assert written, "the writer wrote a status message (so it had a connection)"
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            " AND query LIKE 'UPDATE mcptasks_task SET status_message%%'"
         )
         assert cursor.fetchone()[0] == 0
