@@ -145,7 +145,8 @@ class TaskCall:
                 "mcptasks.testing runs tools as a worker does, and a worker sees only committed rows: "
                 "mark the test pytest.mark.django_db(transaction=True), or use TransactionTestCase"
             )
-        self.runs.append(str(jobs.run_task.run(self.task_id)))
+        with dispatch.runs_here(self.task_id):  # a retry's next attempt is the test's next run()
+            self.runs.append(str(jobs.run_task.run(self.task_id)))
         # The run's status writer holds a connection for a while; a test
         # database is dropped right after the tests.
         progress.writer.release()

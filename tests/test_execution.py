@@ -17,7 +17,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from mcptasks import ToolContext
+from mcptasks import ToolContext, signals
 from mcptasks.models import InputRequest, InputRequestState, Task, TaskEvent, TaskStatus
 from mcptasks.tasks import lifecycle
 from mcptasks.testing import call_tool
@@ -392,3 +392,24 @@ def test_a_declined_elicitation_is_an_answer():
     assert call.runs == ["input_required", "completed"]
     assert call.is_error is False
     assert call.text == "Kept keep.txt"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_change_to_input_required_carries_its_questions(transition_paths, published):
+    """A receiver of ``task_changed`` (the notification publisher among them)
+    gets the questions of a task that now waits for input, on both backends."""
+    heard: list[tuple[str, dict]] = []
+
+    def listen(*, to_status: str, pending_inputs: dict | None, **_: object) -> None:
+        heard.append((str(to_status), dict(pending_inputs or {})))
+
+    signals.task_changed.connect(listen, weak=False)
+    try:
+        task = make_task(
+            tool="confirm_delete", arguments={"filename": "x.txt"}, client_capabilities={"elicitation": {}}
+        )
+        assert run_task(task.id) == "input_required"
+    finally:
+        signals.task_changed.disconnect(listen)
+    waiting = [pending for status, pending in heard if status == "input_required"]
+    assert len(waiting) == 1 and set(waiting[0]) == {"confirm"}

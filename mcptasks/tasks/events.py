@@ -95,10 +95,11 @@ def announce(
     listener must not see what a rollback undoes). ``task``, when the caller
     has the row as the change left it, saves the snapshot query. ``progress``:
     a status message's numbers, when its tool gave them."""
-    if task is not None:
-        pending: dict[str, Any] | None = {}
-    else:
+    pending: dict[str, Any] | None = {}
+    if task is None:
         task, pending = _snapshot(task_id)
+    elif task.status == TaskStatus.INPUT_REQUIRED and signals.task_changed.has_listeners(Task):
+        pending = pending_inputs(task_id)  # the questions this change left open, read in its transaction
     transaction.on_commit(lambda: _send(task_id, from_status, to_status, actor, kind, task, pending, progress))
 
 
