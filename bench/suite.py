@@ -124,6 +124,11 @@ def main() -> None:
         action="store_true",
         help="skip bin/run's defaults (`manage.py mcptasks run`) against the peer's single process",
     )
+    ap.add_argument(
+        "--no-poll-snapshot",
+        action="store_true",
+        help="serve mcptasks' polls without the poll snapshot (MCP_POLL_SNAPSHOT=false): its keep-or-go measure",
+    )
     ap.add_argument("--scale-rows", type=int, help="rows of the scale measure's large table (default 10M, quick 100k)")
     ap.add_argument("--scale-purge", type=int, help="expired rows among them (default 1M, quick 20k)")
     data = ap.add_mutually_exclusive_group()
@@ -171,6 +176,7 @@ def main() -> None:
         "contenders": contenders,
         "peer_web_workers": args.peer_web_workers,
         "mcp_worker_pool": args.mcp_worker_pool,
+        "poll_snapshot": not args.no_poll_snapshot,
         "mcp_worker_threads": args.mcp_worker_threads if args.mcp_worker_pool == "threads" else None,
         "machine": machine(),
         "git": git_rev(),
@@ -191,7 +197,7 @@ def main() -> None:
             log(f"pgbench -S: {results['pgbench']}")
         bench.start_mcp_workers(2, pool=args.mcp_worker_pool, threads=args.mcp_worker_threads)
         for n in mcp_names:
-            bench.start_mcp_web(n)
+            bench.start_mcp_web(n, snapshot=not args.no_poll_snapshot)
         if "uvicorn" in mcp_names:
             bench.start_bare_asgi()
         bench.start_peer_web(args.peer_web_workers)
