@@ -39,12 +39,13 @@ from ...tools.calls import tool_context
 from ...tools.context import LOG_LEVELS, validate_input_response
 from ...tools.invoke import invoke
 from ...tools.registry import Tool, registry
-from .. import authorization, jsonrpc, limits
+from .. import authorization, jsonrpc, limits, task_methods
 from ..caller import Caller
 from ..modern import handlers as modern
 from ..modern.headers import server_info
 from ..replies import WireReply, empty_reply, error_reply, message_reply, result_reply, stream_reply
 from ..streaming import Deferred, Stream
+from ..task_methods import THREAD, now
 from . import sessions as legacy_sessions
 from . import streams as legacy_streams
 from .calls import TASKS_VERSION, Call, Reply, legacy_result
@@ -310,20 +311,14 @@ def _create_task(call: Call, tool: Tool, arguments: dict[str, Any], meta: Any) -
     if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int) or ttl < 0):
         raise InvalidParams('"task.ttl" must be a non-negative integer (milliseconds)')
     token = legacy_sessions.progress_token(call.meta)
-    try:
-        with transaction.atomic():
-            task = lifecycle.create_task(
-                owner=call.caller.owner,
-                tool_name=tool.name,
-                arguments=arguments,
-                era=Era.LEGACY,
-                client_capabilities=call.session.client_capabilities,
-                ttl_ms=ttl if ttl is not None else tool.ttl_ms,
-                poll_interval_ms=tool.poll_interval_ms,
+    capabilities = call.session.client_capabilities
+    with transaction.atomic():
+        task = now(
+            task_methods.create(
+                THREAD, call.caller.owner, tool, arguments, era=Era.LEGACY, capabilities=capabilities, ttl_ms=ttl
             )
-            legacy_sessions.link_task(task, call.session, token=token)
-    except lifecycle.TooManyActiveTasks as exc:
-        raise limits.RateLimited(str(exc), retry_after=1.0) from None
+        )
+        legacy_sessions.link_task(task, call.session, token=token)
     # Committed: tasks/get for this id works from here on.
     return {
         "task": task_object(task),

@@ -1,5 +1,6 @@
 """The 2025-11-25 experimental task methods: ``tasks/get``, ``tasks/result``,
-``tasks/list`` and ``tasks/cancel``, on the tasks a session may see."""
+``tasks/list`` and ``tasks/cancel``, on the tasks a session may see
+(:class:`SessionTasks`): ``task_methods``' methods, in 2025 shapes."""
 
 from __future__ import annotations
 
@@ -8,16 +9,12 @@ from typing import Any
 
 from django.core import signing
 
-from ...errors import (
-    INTERNAL_ERROR,
-    InvalidParams,
-    ProtocolError,
-    TaskNotFound,
-)
+from ...errors import INTERNAL_ERROR, InvalidParams, ProtocolError
 from ...models import Task, TaskStatus
 from ...tasks import lifecycle
-from .. import authorization, jsonrpc, limits
+from .. import authorization, jsonrpc, task_methods
 from ..streaming import Stream
+from ..task_methods import Route, now
 from . import sessions as legacy_sessions
 from . import streams as legacy_streams
 from .calls import Call, Reply
@@ -28,23 +25,21 @@ LIST_PAGE_SIZE = 50
 _CURSOR_SALT = "mcptasks.legacy.tasks_list"
 
 
-def _task_for(call: Call) -> Task:
-    task_id = call.params.get("taskId")
-    if not isinstance(task_id, str) or not task_id:
-        raise InvalidParams('"taskId" (a string) is required')
-    if not limits.storable_id(task_id, 64):
-        raise TaskNotFound()  # no stored id is like it: the same answer as any unknown id
-    task = legacy_sessions.visible_tasks(call.caller, call.session).filter(pk=task_id).first()
-    if task is None:
-        raise TaskNotFound()
-    authorization.require_task(call.caller, task)
-    return task
+class SessionTasks(Route):
+    """The thread route, with the tasks the call's session may see."""
+
+    def __init__(self, call: Call) -> None:
+        self.call = call
+
+    async def lookup(self, task_id: str, owner: str) -> Task | None:
+        return legacy_sessions.visible_tasks(self.call.caller, self.call.session).filter(pk=task_id).first()
+
+    async def poll(self, task_id: str, owner: str, actor: str | None) -> Task | None:
+        return await self.lookup(task_id, owner)
 
 
 def get_task(call: Call) -> Reply:
-    task = _task_for(call)
-    limits.throttle_poll(call.caller.owner, task.id, task.poll_interval_ms)
-    return task_object(task)
+    return now(task_methods.get(SessionTasks(call), call.caller, call.params, task_object, outcome=False))
 
 
 def task_outcome(task: Task, *, actor: str) -> dict[str, Any] | ProtocolError:
@@ -69,7 +64,7 @@ def task_outcome(task: Task, *, actor: str) -> dict[str, Any] | ProtocolError:
 
 
 def task_result(call: Call) -> Reply:
-    task = _task_for(call)
+    task = now(task_methods.task_for(SessionTasks(call), call.caller, call.params))
     actor = lifecycle.client_actor(call.caller.owner)
     request_id = call.message.id
     assert request_id is not None  # a request: notifications never reach a handler
@@ -127,11 +122,9 @@ def list_tasks(call: Call) -> Reply:
 
 def cancel_task(call: Call) -> Reply:
     """Cancel before answering; a task already finished cannot be (-32602)."""
-    task = _task_for(call)
-    limits.throttle("update", call.caller.owner)
+    reason = "The task was cancelled by request."
+    task = now(task_methods.cancel(SessionTasks(call), call.caller, call.params, reason=reason))
     if not task.is_terminal:
-        actor = lifecycle.client_actor(call.caller.owner)
-        lifecycle.cancel(task.id, actor=actor, reason="The task was cancelled by request.")
         task.refresh_from_db()
         if task.status == TaskStatus.CANCELLED:
             return task_object(task)

@@ -29,19 +29,19 @@ from ...errors import (
     missing_tasks_extension,
 )
 from ...models import Era, Task, TaskStatus
-from ...tasks import lifecycle, reads
-from ...tasks.reads import log_outcome_read
+from ...tasks import lifecycle
 from ...tools.calls import tool_context
 from ...tools.context import ToolContext
 from ...tools.invoke import invoke
 from ...tools.registry import Tool, registry
-from .. import authorization, limits
+from .. import authorization, limits, task_methods
 from ..caller import Caller
 from ..inline_runs import HungUp, call_cancelled, wait_for_auto_result
 from ..jsonrpc import Message
 from ..shapes import detailed_task, task_fields
 from ..streaming import Deferred, Stream, threaded_call
 from ..subscriptions import listen_stream
+from ..task_methods import THREAD, Route, now
 from .headers import (
     META_LOG_LEVEL,
     META_SERVER_INFO,
@@ -51,7 +51,7 @@ from .headers import (
     supported_versions,
     validate_headers,
 )
-from .request import Request, input_responses, marks_in_the_read, owned_task, task_id_param
+from .request import Request
 from .request_state import load_request_state, sign_request_state
 
 # Results -------------------------------------------------------------------------
@@ -186,10 +186,16 @@ def _inline(
     return threaded_call(req.message.id, lambda notify, cancel: run(make_context(notify, cancel)), req.caller.owner)
 
 
-def call_tool(req: Request) -> Reply:
+def checked_tool_call(req: Request) -> tuple[Tool, dict[str, Any], dict[str, Any]]:
+    """``resolve_tool_call``, then the caller's scopes and the parameter headers."""
     tool, arguments, kwargs = resolve_tool_call(req.params, req.caller.owner)
     authorization.require_tool(req.caller, tool)
     check_param_headers(tool, arguments, req.headers)
+    return tool, arguments, kwargs
+
+
+def call_tool(req: Request) -> Reply:
+    tool, arguments, kwargs = checked_tool_call(req)
     if tool.task == "required" and not req.tasks_enabled:
         raise missing_tasks_extension()
     wants_task = req.tasks_enabled and tool.task in ("optional", "required", "auto")
@@ -221,19 +227,7 @@ def call_tool(req: Request) -> Reply:
 def create_task_now(
     req: Request, tool: Tool, arguments: dict[str, Any], answered: Mapping[str, lifecycle.Answer], gone: HungUp = None
 ) -> dict[str, Any]:
-    try:
-        task = lifecycle.create_task(
-            owner=req.caller.owner,
-            tool_name=tool.name,
-            arguments=arguments,
-            era=Era.MODERN,
-            client_capabilities=req.capabilities,
-            ttl_ms=tool.ttl_ms,
-            poll_interval_ms=tool.poll_interval_ms,
-            answered=answered,
-        )
-    except lifecycle.TooManyActiveTasks as exc:
-        raise limits.RateLimited(str(exc), retry_after=1.0) from None
+    task = now(new_task(req, tool, arguments, THREAD, answered))
     # create_task committed: a tasks/get for this id resolves from here on.
     if tool.task == "auto":
         done = wait_for_auto_result(task.id, req.caller.owner, gone)
@@ -244,6 +238,14 @@ def create_task_now(
                 done.error.get("code", INTERNAL_ERROR), done.error.get("message", "Failed"), done.error.get("data")
             )
     return create_task_result(task)
+
+
+async def new_task(
+    req: Request, tool: Tool, arguments: dict[str, Any], route: Route, answered: Mapping[str, lifecycle.Answer]
+) -> Task:
+    return await task_methods.create(
+        route, req.caller.owner, tool, arguments, era=Era.MODERN, capabilities=req.capabilities, answered=answered
+    )
 
 
 # Prompts, resources, completion ---------------------------------------------------------
@@ -387,41 +389,24 @@ def listen(req: Request) -> Reply:
 # Tasks ---------------------------------------------------------------------------------
 
 
-def _task_for(req: Request) -> Task:
-    return owned_task(req, reads.lookup(task_id_param(req), req.caller.owner))
+def _task_params(req: Request) -> dict[str, Any]:
+    """A task method's params, once the tasks extension is declared (-32021 before anything else)."""
+    if not req.tasks_enabled:
+        raise missing_tasks_extension()
+    return req.params
 
 
-def get_task(req: Request) -> Reply:
-    task_id, owner = task_id_param(req), req.caller.owner
-    actor = lifecycle.client_actor(owner)
-    read = reads.poll(task_id, owner, actor=actor) if marks_in_the_read(req) else reads.lookup(task_id, owner)
-    task = owned_task(req, read)
-    limits.throttle_poll(owner, task.id, task.poll_interval_ms)
-    return polled_task(req, task)
+async def get_task(req: Request, route: Route = THREAD) -> dict[str, Any]:
+    return await task_methods.get(route, req.caller, _task_params(req), lambda task: complete(detailed_task(task)))
 
 
-def polled_task(req: Request, task: Task) -> dict[str, Any]:
-    """tasks/get's answer once the poll is counted: an outcome read audited
-    (one ``mcptasks.audit`` line), and a scoped caller's first read marked now."""
-    actor = lifecycle.client_actor(req.caller.owner)
-    if marks_in_the_read(req):
-        log_outcome_read(task, actor=actor)  # the read marked it
-    else:
-        lifecycle.note_result_retrieved(task, actor=actor)
-    return complete(detailed_task(task))
-
-
-def update_task(req: Request) -> Reply:
-    task = _task_for(req)
-    limits.throttle("update", req.caller.owner)
-    lifecycle.submit_input(task.id, input_responses(req), actor=lifecycle.client_actor(req.caller.owner))
+async def update_task(req: Request, route: Route = THREAD) -> dict[str, Any]:
+    await task_methods.update(route, req.caller, _task_params(req))
     return complete()
 
 
-def cancel_task(req: Request) -> Reply:
-    task = _task_for(req)
-    limits.throttle("update", req.caller.owner)
-    lifecycle.cancel(task.id, actor=lifecycle.client_actor(req.caller.owner))
+async def cancel_task(req: Request, route: Route = THREAD) -> dict[str, Any]:
+    await task_methods.cancel(route, req.caller, _task_params(req))
     return complete()
 
 
@@ -436,9 +421,9 @@ HANDLERS: dict[str, Callable[[Request], Reply]] = {
     "resources/templates/list": list_resource_templates,
     "completion/complete": complete_argument,
     "subscriptions/listen": listen,
-    "tasks/get": get_task,
-    "tasks/update": update_task,
-    "tasks/cancel": cancel_task,
+    "tasks/get": lambda req: now(get_task(req)),
+    "tasks/update": lambda req: now(update_task(req)),
+    "tasks/cancel": lambda req: now(cancel_task(req)),
 }
 
 
