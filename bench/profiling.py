@@ -64,7 +64,7 @@ KEY_FUNCTIONS = [
     ("a poll served on the event loop", r"_poll_on_loop \("),
     ("identify (caller identity)", r"identify \("),
     ("Django middleware chain", r"/django/utils/deprecation\.py"),
-    ("the task lookup (_task_for, owned_task)", r"_task_for \(|owned_task \("),
+    ("the task lookup (task_for, owned_task)", r"task_for \(|owned_task \("),
     ("detailed_task / task_fields", r"detailed_task \(|task_fields \("),
     ("note_result_retrieved (audit of a finished task's read)", r"note_result_retrieved \("),
     ("tasks.create_task", r"create_task \(.*mcptasks/tasks/creation"),
