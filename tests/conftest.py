@@ -299,6 +299,30 @@ def poll_rpc(request: Any, rpc: DjangoRpc, monkeypatch: pytest.MonkeyPatch) -> I
 
 
 @pytest.fixture
+def temp_tool() -> Iterator[Any]:
+    """``@temp_tool(**options)`` (or bare ``@temp_tool``): register a tool
+    for one test in the global registry, the one runs and requests use; it
+    is unregistered after the test."""
+    from mcptasks.tools.registry import registry, tool
+
+    names: list[str] = []
+
+    def register(fn: Any = None, **options: Any) -> Any:
+        def decorate(func: Any) -> Any:
+            tool(func, **options)
+            names.append(options.get("name") or func.__name__)
+            return func
+
+        return decorate(fn) if fn is not None else decorate
+
+    try:
+        yield register
+    finally:
+        for name in names:
+            registry.unregister(name)
+
+
+@pytest.fixture
 def published() -> Iterator[list[dict[str, Any]]]:
     """Every Celery message published while the test runs (name, args, queue),
     recorded by Celery's own ``after_task_publish`` signal."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
@@ -21,7 +20,6 @@ from mcptasks import ToolContext, signals
 from mcptasks.models import InputRequest, InputRequestState, Task, TaskEvent, TaskStatus
 from mcptasks.tasks import lifecycle
 from mcptasks.testing import call_tool
-from mcptasks.tools.registry import registry, tool
 from mcptasks.worker.execution import run_task
 from tests.support.factories import accept, make_task, terminal_transitions, transitions
 from tests.support.rpc import FULL_CAPS, TASKS_CAPS
@@ -67,24 +65,6 @@ class Background:
         if self.error is not None:
             raise self.error
         return self.outcome
-
-
-@pytest.fixture
-def temp_tool() -> Iterator:
-    """Register tools for one test in the global registry (what runs use)."""
-    names: list[str] = []
-
-    def register(fn=None, **options):
-        def decorate(func):
-            tool(func, **options)
-            names.append(options.get("name") or func.__name__)
-            return func
-
-        return decorate(fn) if fn is not None else decorate
-
-    yield register
-    for name in names:
-        registry.unregister(name)
 
 
 # Outcomes ---------------------------------------------------------------------------------

@@ -7,7 +7,6 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -27,23 +26,6 @@ from tests.support.factories import make_task
 from tests.support.rpc import FULL_CAPS
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("transition_paths")]
-
-
-@pytest.fixture
-def temp_tool() -> Iterator[Any]:
-    names: list[str] = []
-
-    def register(**options: Any) -> Any:
-        def decorate(func: Any) -> Any:
-            tool(func, **options)
-            names.append(options.get("name") or func.__name__)
-            return func
-
-        return decorate
-
-    yield register
-    for name in names:
-        registry.unregister(name)
 
 
 def new_task(tool_name: str, era: str = Era.MODERN) -> Task:
@@ -187,8 +169,9 @@ def test_a_tool_that_ignores_the_limits_is_ended_at_the_hard_limit(temp_tool):
     assert "time limit of 0.8 s" in text_of(task)
     assert 0.8 <= ended < 1.8
     thread.join(5)
-    # The tool's own late result is refused: the task keeps the limit's outcome.
+    # The tool's own late result is refused: the task keeps the limit's outcome, and so does the run.
     assert "time limit" in text_of(get(task))
+    assert outcome["run"] == "tool_error"
 
 
 # Retries -------------------------------------------------------------------------------------

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -14,7 +13,6 @@ import pytest
 from mcptasks import ToolContext
 from mcptasks.models import Task
 from mcptasks.tasks import lifecycle
-from mcptasks.tools.registry import registry, tool
 from mcptasks.worker import leases
 from mcptasks.worker.execution import run_task
 from tests.support.factories import make_task, running_task
@@ -25,24 +23,6 @@ pytestmark = [pytest.mark.django_db(transaction=True)]
 
 def _lease_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith("mcptasks-lease")]
-
-
-@pytest.fixture
-def temp_tool() -> Iterator[Callable[..., Any]]:
-    """Tools registered for one test (runs look tools up in the registry)."""
-    names: list[str] = []
-
-    def register(**options: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-        def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
-            tool(func, **options)
-            names.append(func.__name__)
-            return func
-
-        return decorate
-
-    yield register
-    for name in names:
-        registry.unregister(name)
 
 
 @pytest.fixture

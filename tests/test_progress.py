@@ -22,7 +22,6 @@ from mcptasks import ToolContext, signals
 from mcptasks.models import Task, TaskStatus
 from mcptasks.tasks import lifecycle
 from mcptasks.tools.context import progress_text
-from mcptasks.tools.registry import registry, tool
 from mcptasks.worker.execution import run_task
 from mcptasks.worker.progress import RunStatus
 from tests.support import postgres_only
@@ -67,25 +66,6 @@ def row_updates() -> Iterator[Any]:
             cursor.execute("DROP TRIGGER IF EXISTS test_row_updated ON mcptasks_task")
             cursor.execute("DROP FUNCTION IF EXISTS test_row_updated()")
             cursor.execute("DROP TABLE IF EXISTS test_row_updates")
-
-
-@pytest.fixture
-def temp_tool() -> Iterator[Any]:
-    names: list[str] = []
-
-    def register(**options: Any) -> Any:
-        def decorate(func: Any) -> Any:
-            tool(func, **options)
-            names.append(func.__name__)
-            return func
-
-        return decorate
-
-    try:
-        yield register
-    finally:
-        for name in names:
-            registry.unregister(name)
 
 
 def interval(settings: Any, seconds: float) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 
@@ -17,11 +18,12 @@ from opentelemetry import baggage as otel_baggage
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, StatusCode
 
+from mcptasks import ToolContext
 from mcptasks.models import Task
 from mcptasks.tasks import lifecycle
 from mcptasks.tasks.dispatch import Route
 from mcptasks.telemetry import bounds, metrics, runs, scrape, tracing
-from mcptasks.tools.registry import registry, tool
+from mcptasks.tools.registry import registry
 from mcptasks.worker import dispatch, execution, queue_depth, runner
 from tests.support.factories import make_task, waiting_task
 from tests.support.legacy import DjangoLegacy
@@ -39,23 +41,6 @@ OTHER_TRACEPARENT = "00-11111111111111111111111111111111-2222222222222222-01"
 @pytest.fixture
 def otel() -> Iterator[Recorder]:
     yield from fresh()
-
-
-@pytest.fixture
-def temp_tool() -> Iterator:
-    names: list[str] = []
-
-    def register(**options):
-        def decorate(func):
-            tool(func, **options)
-            names.append(func.__name__)
-            return func
-
-        return decorate
-
-    yield register
-    for name in names:
-        registry.unregister(name)
 
 
 def run(task_id: str) -> str:
@@ -622,6 +607,37 @@ def test_a_tool_retry_has_a_metric_of_its_own_and_runs_carry_their_queue_and_too
     assert otel.total("mcptasks.task.tool_retries", **name) == 1
     assert otel.total("mcptasks.task.retried", **{"gen_ai.tool.name": "shaky_partner"}) == lost
     assert otel.total("mcptasks.task.queue.wait", **name) == 2
+
+
+@pytest.mark.parametrize("heeds", [True, False], ids=["tool-stops-at-its-check", "tool-ignores-the-stop"])
+def test_a_run_ended_at_its_hard_limit_is_a_tool_error_in_its_span_as_in_the_task_counter(otel, temp_tool, heeds):
+    """The limit ends the task as the tool's error; the tool then stops at
+    its next check (``TaskCancelled`` in the run) or, ignoring it, returns
+    later, refused: the span, the run's duration and the task's counter all
+    say ``tool_error``."""
+
+    @temp_tool(task="required", time_limit=0.4)
+    def overrunning(ctx: ToolContext) -> str:
+        if heeds:
+            ctx.sleep(5)
+        else:
+            time.sleep(1.2)
+        return "too late"
+
+    tool = {"gen_ai.tool.name": "overrunning"}
+    counted = otel.total("mcptasks.task.completed", **tool, **{"mcptasks.task.outcome": "tool_error"})
+    task = make_task(tool="overrunning")
+    assert run(task.id) == "tool_error"
+    row = Task.objects.get(pk=task.id)
+    assert row.result["isError"] is True and "time limit of 0.4 s" in row.result["content"][0]["text"]
+    span = only(otel, "execute_tool overrunning")
+    assert span.attributes["mcptasks.run.outcome"] == "tool_error"
+    assert span.attributes["error.type"] == "tool_error"
+    assert span.status.status_code == StatusCode.ERROR
+    assert otel.total("mcptasks.task.completed", **tool, **{"mcptasks.task.outcome": "tool_error"}) - counted == 1
+    assert otel.total("mcptasks.task.run.duration", **tool, **{"mcptasks.run.outcome": "tool_error"}) >= 1
+    for other in ("cancelled", "completed"):
+        assert otel.total("mcptasks.task.run.duration", **tool, **{"mcptasks.run.outcome": other}) == 0
 
 
 def test_the_queue_depth_gauge_reads_each_tools_queue(otel, temp_tool, settings):

@@ -4,35 +4,15 @@ own run, and sends nothing to the broker."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
-from mcptasks import ProtocolError, ToolContext, tool
+from mcptasks import ProtocolError, ToolContext
 from mcptasks.models import TaskEvent
 from mcptasks.testing import TaskCall, accept, call_tool, decline, run_inline
-from mcptasks.tools.registry import registry
 from tests.support import postgres_only
 from tests.support.factories import transitions
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def temp_tool() -> Iterator:
-    names: list[str] = []
-
-    def register(**options):
-        def decorate(func):
-            tool(func, **options)
-            names.append(func.__name__)
-            return func
-
-        return decorate
-
-    yield register
-    for name in names:
-        registry.unregister(name)
 
 
 def test_a_tool_runs_to_completed_as_a_task(published):

@@ -4,13 +4,12 @@
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import logging
 from collections.abc import Mapping
 from typing import Any
 
 from ..errors import ProtocolError, ToolError, ToolRetry
+from .awaiting import awaited
 from .context import ToolContext
 from .registry import Tool
 from .results import error_result, to_call_result
@@ -29,9 +28,7 @@ def invoke(
     ``ToolRetry`` (the caller may try again).
     """
     try:
-        value = tool.fn(ctx, **kwargs) if tool.wants_context else tool.fn(**kwargs)
-        if inspect.isawaitable(value):
-            value = asyncio.run(_await(value))
+        value = awaited(tool.fn(ctx, **kwargs) if tool.wants_context else tool.fn(**kwargs))
     except ToolError as exc:
         return error_result(exc.message, exc.content)
     except ProtocolError:
@@ -42,7 +39,3 @@ def invoke(
         logger.exception("tool %s raised", tool.name, extra={"tool": tool.name, "task_id": ctx.task_id})
         return error_result(f"Tool '{tool.name}' failed: {type(exc).__name__}: {exc}")
     return to_call_result(value)
-
-
-async def _await(value: Any) -> Any:
-    return await value

@@ -25,7 +25,7 @@ from __future__ import annotations
 import inspect
 import re
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar, get_type_hints, overload
 
@@ -34,6 +34,7 @@ import pydantic
 from .. import signals
 from ..errors import InvalidParams
 from ..telemetry import bounds
+from .awaiting import synchronous
 from .controls import ToolControls, check
 from .signatures import build_input_model, clean_schema, header_params, takes_context
 
@@ -42,6 +43,10 @@ TASK_MODES: tuple[str, ...] = ("never", "optional", "required", "auto")
 
 #: A decorated function: the decorators hand it back unchanged, type and all.
 F = TypeVar("F", bound=Callable[..., Any])
+
+#: A prompt argument's completion: the values for what the client typed so
+#: far, from a plain or an ``async`` function.
+Completer = Callable[[str], list[str] | Awaitable[list[str]]]
 
 
 @dataclass
@@ -387,8 +392,9 @@ def resource(
     mime_type: str | None = "text/plain",
     registry: Registry = registry,
 ) -> Callable[[F], F]:
-    """Register a static resource at ``uri``. The function returns ``str``
-    (text), ``bytes`` (blob) or a full contents item (``dict``)."""
+    """Register a static resource at ``uri``. The function (plain or
+    ``async``) returns ``str`` (text), ``bytes`` (blob) or a full contents
+    item (``dict``)."""
 
     def decorate(func: F) -> F:
         registry.add_resource(
@@ -397,7 +403,7 @@ def resource(
                 name=name or func.__name__,
                 description=description or inspect.getdoc(func) or "",
                 mime_type=mime_type,
-                fn=func,
+                fn=synchronous(func),
             )
         )
         return func
@@ -413,7 +419,8 @@ def resource_template(
     mime_type: str | None = "text/plain",
     registry: Registry = registry,
 ) -> Callable[[F], F]:
-    """Register a resource template; ``{name}`` parts become keyword arguments."""
+    """Register a resource template; ``{name}`` parts become keyword
+    arguments. The function may be ``async``, like a static resource's."""
 
     def decorate(func: F) -> F:
         registry.add_template(
@@ -422,7 +429,7 @@ def resource_template(
                 name=name or func.__name__,
                 description=description or inspect.getdoc(func) or "",
                 mime_type=mime_type,
-                fn=func,
+                fn=synchronous(func),
                 pattern=_template_pattern(uri_template),
             )
         )
@@ -442,7 +449,7 @@ def prompt(
     name: str | None = None,
     title: str | None = None,
     description: str | None = None,
-    completions: dict[str, Callable[[str], list[str]]] | None = None,
+    completions: dict[str, Completer] | None = None,
     registry: Registry = registry,
 ) -> Callable[[F], F]: ...
 
@@ -453,14 +460,15 @@ def prompt(
     name: str | None = None,
     title: str | None = None,
     description: str | None = None,
-    completions: dict[str, Callable[[str], list[str]]] | None = None,
+    completions: dict[str, Completer] | None = None,
     registry: Registry = registry,
 ) -> F | Callable[[F], F]:
     """Register a prompt. Usable bare (``@prompt``) or with options. Its
     string parameters become the prompt's arguments (required unless they
     have a default). It returns a string (one user message) or a list of
     PromptMessage dicts. Like a tool, it may take the ``ToolContext`` first
-    (found the same way) and ask the client questions (MRTR)."""
+    (found the same way), ask the client questions (MRTR) and be ``async``;
+    so may its ``completions`` (argument name -> values for a prefix)."""
 
     def decorate(func: F) -> F:
         params = list(inspect.signature(func).parameters.values())
@@ -475,9 +483,9 @@ def prompt(
                 title=title,
                 description=description or inspect.getdoc(func) or "",
                 arguments=arguments,
-                fn=func,
+                fn=synchronous(func),
                 wants_context=wants_context,
-                completions=dict(completions or {}),
+                completions={argument: synchronous(complete) for argument, complete in (completions or {}).items()},
             )
         )
         return func

@@ -15,7 +15,6 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 from ..errors import (
@@ -28,6 +27,7 @@ from ..errors import (
     TaskCancelled,
     ToolRetry,
 )
+from ..models import Task
 from ..protocol import eras
 from ..tasks import dispatch, lifecycle
 from ..telemetry import metrics
@@ -94,10 +94,10 @@ def _run_task(task_id: str, worker: str) -> str:
     controls = controls_for(task.tool_name)
     attempt = lifecycle.tool_retries(task_id) + 1 if controls.retries else 1
     run_telemetry.started(run.task, run.answers, queue=effective.queue_for(task.tool_name), tool_attempt=attempt)
-    actor = lifecycle.worker_actor(worker)
     tool = registry.get(task.tool_name)
     if tool is None:
-        lifecycle.fail(task_id, InvalidParams(f"Unknown tool: {task.tool_name}").to_dict(), actor=actor)
+        unknown = InvalidParams(f"Unknown tool: {task.tool_name}").to_dict()
+        lifecycle.fail(task_id, unknown, actor=lifecycle.worker_actor(worker))
         return "failed"
     cancel_event = threading.Event()
     status = progress.RunStatus(task_id, worker, cancel_event)
@@ -112,11 +112,32 @@ def _run_task(task_id: str, worker: str) -> str:
         soft_time_limit=controls.soft_time_limit,
         attempt=attempt,
     )
+    hard_stop = None
     deadline = None
     if controls.time_limit:
-        hard_stop = _hard_stop(task_id, tool.name, controls.time_limit, task.era, worker, cancel_event)
+        hard_stop = _HardStop(task_id, tool.name, controls.time_limit, task.era, worker, cancel_event)
         deadline = (time.monotonic() + controls.time_limit, hard_stop)
     leases.monitor.watch(task_id, worker, cancel_event, deadline)
+    outcome = _call(task, tool, ctx, status, controls, worker, attempt)
+    # A run its hard limit stopped ended its task as the tool's error (what
+    # the task's counters say), whatever the tool did after: so does its span.
+    if hard_stop is not None and hard_stop.ended():
+        return "tool_error"
+    return outcome
+
+
+def _call(
+    task: Task,
+    tool: Tool,
+    ctx: ToolContext,
+    status: progress.RunStatus,
+    controls: ToolControls,
+    worker: str,
+    attempt: int,
+) -> str:
+    """The tool's call in a claimed run, and the task's outcome from it."""
+    task_id = task.id
+    actor = lifecycle.worker_actor(worker)
     try:
         kwargs = tool.validate_arguments(task.arguments)
         result = _invoke_reporting(tool, ctx, kwargs, status, retry_on=controls.retry_on if controls.retries else ())
@@ -194,20 +215,39 @@ def _retry(
     return "retrying"
 
 
-def _hard_stop(
-    task_id: str, tool_name: str, limit: float, era: str, worker: str, cancel_event: threading.Event
-) -> Callable[[], None]:
+class _HardStop:
     """What the lease monitor does at a run's hard time limit: end the task
     as the tool's error (the finishing path of a tool that raised), then
     stop the tool at its next check. A prefork pool kills the process
     shortly after (``HARD_KILL_MARGIN_SECONDS``); a thread pool cannot, and
     the tool's own ending, if it comes, is refused with the lease."""
 
-    def stop() -> None:
-        result = error_result(f"Tool '{tool_name}' was stopped at its time limit of {limit:g} s.")
-        if lifecycle.finish_run(task_id, result, worker=worker, to=eras.status_after_result(era, result)):
-            logger.warning("run of task %s stopped at its time limit of %g s", task_id, limit)
-        lifecycle.free_slot(worker)  # before a prefork kill, which would leave it to lapse
-        cancel_event.set()
+    def __init__(
+        self, task_id: str, tool_name: str, limit: float, era: str, worker: str, cancel_event: threading.Event
+    ) -> None:
+        self.task_id = task_id
+        self.tool_name = tool_name
+        self.limit = limit
+        self.era = era
+        self.worker = worker
+        self.cancel_event = cancel_event
+        # Held while the stop writes: the run asks ``ended`` after its own
+        # write, and a stop under way decides what that write found.
+        self._lock = threading.Lock()
+        self._ended = False
 
-    return stop
+    def __call__(self) -> None:
+        with self._lock:
+            result = error_result(f"Tool '{self.tool_name}' was stopped at its time limit of {self.limit:g} s.")
+            to = eras.status_after_result(self.era, result)
+            if lifecycle.finish_run(self.task_id, result, worker=self.worker, to=to):
+                self._ended = True
+                logger.warning("run of task %s stopped at its time limit of %g s", self.task_id, self.limit)
+        lifecycle.free_slot(self.worker)  # before a prefork kill, which would leave it to lapse
+        self.cancel_event.set()
+
+    def ended(self) -> bool:
+        """Whether the limit ended the task (rather than the run, a cancel
+        or another run)."""
+        with self._lock:
+            return self._ended
