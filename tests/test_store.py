@@ -11,7 +11,7 @@ import pytest
 from django.db import connection
 
 from mcptasks.models import Task, TaskEvent
-from mcptasks.tasks import lifecycle, reads, store
+from mcptasks.tasks import lifecycle, reads, sql, store
 from tests.support import postgres_only
 from tests.support.factories import WORKER, elicit, make_task
 
@@ -81,11 +81,31 @@ def test_on_postgres_no_transition_writes_through_the_orm(monkeypatch):
     assert any(re.match(r'UPDATE "mcptasks_task"', write) for write in orm_writes)
 
 
+@pytest.fixture(params=["orm", "postgres-with-a-role"])
+def thread_store(request, monkeypatch):
+    """A store whose async forms await the thread's: the ORM's, and
+    Postgres's where the loop's connections cannot assume the site's role.
+    Neither opens a connection of the loop's own."""
+
+    def no_pool():
+        raise AssertionError("the event loop's own connections were used")
+
+    monkeypatch.setattr(sql, "_pool", no_pool)
+    if request.param == "orm":
+        monkeypatch.setattr(store, "_chosen", store.Orm())
+        return
+    if connection.vendor != "postgresql":
+        pytest.skip("Postgres only: a role to assume")
+    options = {**connection.settings_dict.get("OPTIONS", {}), "assume_role": "postgres"}
+    monkeypatch.setitem(connection.settings_dict, "OPTIONS", options)
+    assert not sql.loop_available()
+
+
 @pytest.mark.django_db(transaction=True)
-def test_the_orm_store_serves_the_async_forms_on_a_thread(monkeypatch, published, settings):
-    """Without Postgres the loop's operations are the thread's, awaited: the
-    same writes, events and run publishes."""
-    monkeypatch.setattr(store, "_chosen", store.Orm())
+@pytest.mark.usefixtures("thread_store")
+def test_the_async_forms_are_served_on_a_thread_where_the_loop_cannot_be(published, settings):
+    """Without Postgres (or with a role to assume) the loop's operations are
+    the thread's, awaited: the same writes, events and run publishes."""
 
     async def steps() -> tuple[Task | None, ...]:
         created = await lifecycle.acreate_task(owner="alice", tool_name="slow_compute", arguments={"seconds": 1})

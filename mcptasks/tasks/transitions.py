@@ -28,7 +28,7 @@ from ..tools.context import validate_input_response
 from ..tools.results import is_tool_error
 from .events import worker_actor
 from .store import backend
-from .store.postgres import Decide
+from .store.orm import Decide
 
 #: The status rule: the statuses each status may move to. A terminal status
 #: is final, so it has no entry.

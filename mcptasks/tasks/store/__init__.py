@@ -8,8 +8,9 @@ transition has one writer in a process: on Postgres ``postgres.Postgres``
 other database ``orm.Orm``. The operation modules keep the rules (which
 status may move to which), the public API and the sequence; the store does
 the write, and announces it as its backend knows the row. Both serve the
-async forms: Postgres's on the event loop's own connections, the ORM's by
-awaiting the same operation on a thread.
+async forms: Postgres's on the event loop's own connections (on a thread
+where a role is to be assumed), the ORM's by awaiting the same operation on
+a thread.
 """
 
 from __future__ import annotations

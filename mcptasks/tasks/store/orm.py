@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -22,9 +22,11 @@ from ...telemetry import metrics
 from .. import quota
 from ..dispatch import enqueue_after_commit
 from ..events import STATUS_MESSAGE, SYSTEM, EventKind, announce, record_event
-from .postgres import Decide
 
 T = TypeVar("T")
+
+#: What a submission's answers do, decided by ``transitions`` under the task's lock.
+Decide = Callable[[str, Iterable[Any]], tuple[list[str], bool, dict[str, Any]] | None]
 
 _CLEAR_LEASE = {"lease_owner": "", "lease_expires_at": None}
 
@@ -42,6 +44,16 @@ async def on_a_thread(work: Callable[[], T]) -> T:
             close_old_connections()
 
     return await asyncio.get_running_loop().run_in_executor(None, run)
+
+
+async def create_on_a_thread(create: Callable[[], Task]) -> Task | None:
+    """``create`` (the whole creation) on a thread; ``None``, having done
+    nothing, when the owner's quota refuses it (the caller's thread path
+    answers the refusal)."""
+    try:
+        return await on_a_thread(create)
+    except quota.TooManyActiveTasks:
+        return None
 
 
 def held(runs: dict[str, str]) -> QuerySet[Task]:
@@ -121,13 +133,7 @@ class Orm:
     async def acreate(
         self, task: Task, actor: str, detail: Mapping[str, Any], create: Callable[[], Task]
     ) -> Task | None:
-        """``create`` (the whole creation) on a thread; ``None``, having done
-        nothing, when the owner's quota refuses it (the caller's thread path
-        answers the refusal)."""
-        try:
-            return await on_a_thread(create)
-        except quota.TooManyActiveTasks:
-            return None
+        return await create_on_a_thread(create)
 
     # Reads ---------------------------------------------------------------------
 

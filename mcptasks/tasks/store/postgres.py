@@ -1,12 +1,14 @@
 """The Postgres store: each operation is its named statement in
 ``queries.sql`` (a few under one row lock for answers), run through ``sql``
 on the thread's connection or, for the ``a*`` forms, on the event loop's.
-The row a statement returns is the row the change is announced with."""
+The row a statement returns is the row the change is announced with. Where
+the loop's connections cannot be used (a role to assume:
+``sql.loop_available``), the ``a*`` forms await the thread's on a thread."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -26,9 +28,7 @@ from ..events import (
     announce,
     announce_committed,
 )
-
-#: What a submission's answers do, decided by ``transitions`` under the task's lock.
-Decide = Callable[[str, Iterable[Any]], tuple[list[str], bool, dict[str, Any]] | None]
+from .orm import Decide, create_on_a_thread, on_a_thread
 
 _COLUMNS = [field.attname for field in Task._meta.concrete_fields]
 #: The columns whose values Django adapts for the driver (JSON wrapped,
@@ -128,6 +128,8 @@ class Postgres:
         the same signals, then the run's publish through
         ``dispatch.loop_sender``. ``None``, having done nothing, near the
         owner's quota (the caller then creates on a thread)."""
+        if not sql.loop_available():
+            return await create_on_a_thread(create)
         send = dispatch.loop_sender()
         if send is None:
             raise RuntimeError("no runtime installed that sends runs from the event loop")
@@ -164,13 +166,13 @@ class Postgres:
 
     async def alookup(self, task_id: str, owner: str, fields: Sequence[str]) -> Task | None:
         if not sql.loop_available():
-            raise sql.NotOnLoop("a role to assume")
+            return await on_a_thread(lambda: self.lookup(task_id, owner, fields))
         result = await sql.aexecute("task_lookup", {"task_id": task_id, "owner": owner})
         return _lookup_task(result.names, result.first(), len(fields))
 
     async def apoll(self, task_id: str, owner: str, fields: Sequence[str], *, actor: str) -> Task | None:
         if not sql.loop_available():
-            raise sql.NotOnLoop("a role to assume")
+            return await on_a_thread(lambda: self.poll(task_id, owner, fields, actor=actor))
         result = await sql.aexecute("task_poll", self._poll_params(task_id, owner, actor))
         return _lookup_task(result.names, result.first(), len(fields))
 
@@ -353,6 +355,8 @@ class Postgres:
 
     async def aend(self, task_id: str, to: str, *, allowed: list[str], actor: str, message: str) -> bool:
         """``task_end`` on the event loop, in autocommit."""
+        if not sql.loop_available():
+            return await on_a_thread(lambda: self.end(task_id, to, allowed=allowed, actor=actor, message=message))
         result = await sql.aexecute("task_end", self._end_params(task_id, to, allowed, actor, message, None, None))
         ended = self._ended(result.names, result.first(), committed=True)
         if ended is not None:
@@ -434,6 +438,8 @@ class Postgres:
         """``submit_input``'s statements on the event loop, in one
         transaction. Once committed, a resumed task's run is published from
         the loop (the caller checks that a loop sender is installed)."""
+        if not sql.loop_available():
+            return await on_a_thread(lambda: self.submit_input(task_id, responses, actor=actor, decide=decide))
         async with sql.atransaction() as db:
             locked = (await db.execute("task_lock", {"task_id": task_id})).first()
             if locked is None:
