@@ -163,13 +163,13 @@ def django_db_setup(django_db_setup: Any, django_db_blocker: Any) -> Iterator[No
     ]
 )
 def transition_paths(request: Any, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Run the test once on each path of the domain's raw statements
-    (claim, finish, prune): Postgres's single statements, and the ORM path
-    other databases take (the only one on SQLite, where the first is skipped)."""
-    from mcptasks.tasks import sql
+    """Run the test once on each task store (claim, finish, prune):
+    Postgres's single statements, and the ORM store other databases take
+    (the only one on SQLite, where the first is skipped)."""
+    from mcptasks.tasks import store
 
     if request.param == "orm":
-        monkeypatch.setattr(sql, "single_statement", lambda: False)
+        monkeypatch.setattr(store, "_chosen", store.Orm())
     return request.param
 
 

@@ -1,6 +1,7 @@
 """Maintenance: the sweeper that recovers lost runs, the prune of expired
-tasks (one statement on Postgres, beside its ORM twin) with the reconcile of
-the per-owner active counts, and expiring a task at once."""
+tasks with the reconcile of the per-owner active counts, and expiring a task
+at once; each write by the process's store (``store.backend()``: on Postgres
+``run_redispatch``, ``prune_batch``, ``task_expire``)."""
 
 from __future__ import annotations
 
@@ -15,10 +16,11 @@ from django.utils import timezone
 
 from ..conf import settings
 from ..errors import INTERNAL_ERROR
-from ..models import ACTIVE_STATUSES, TERMINAL_STATUSES, InputRequest, Task, TaskEvent, TaskStatus
+from ..models import ACTIVE_STATUSES, TERMINAL_STATUSES, Task, TaskEvent, TaskStatus
 from ..telemetry import metrics
-from . import dispatch, quota, sql
-from .events import SYSTEM, EventKind, record_event
+from . import dispatch, quota
+from .events import SYSTEM, EventKind
+from .store import backend
 from .transitions import cancel, fail
 
 
@@ -59,33 +61,9 @@ def sweep(*, dry_run: bool = False, limit: int = 500) -> SweepReport:
         report.redispatched += 1
         if dry_run:
             continue
-        if _redispatch(task_id, attempts, now):
+        if backend().redispatch(task_id, attempts=attempts, now=now):
             transaction.on_commit(functools.partial(dispatch.enqueue_run, task_id))
     return report
-
-
-def _redispatch(task_id: str, attempts: int, now: datetime) -> bool:
-    """Clear a stuck run's lease to enqueue it again, only if it is still the
-    stuck run the sweep saw (``run_redispatch``)."""
-    if sql.single_statement():
-        params = {
-            "task_id": task_id,
-            "now": now,
-            "attempts": attempts,
-            "working": TaskStatus.WORKING.value,
-            "kind": EventKind.REDISPATCHED.value,
-            "actor": SYSTEM,
-        }
-        return bool(sql.execute("run_redispatch", params).rowcount)
-    with transaction.atomic():
-        moved = (
-            Task.objects.filter(pk=task_id, status=TaskStatus.WORKING)
-            .filter(Q(lease_expires_at__lt=now) | Q(lease_expires_at__isnull=True))
-            .update(lease_owner="", lease_expires_at=None, dispatched_at=now)
-        )
-        if moved:
-            record_event(task_id, EventKind.REDISPATCHED, SYSTEM, now=now, detail={"attempts": attempts})
-        return bool(moved)
 
 
 #: The dispatch grace doubles with each re-enqueue of a task that nobody
@@ -144,7 +122,7 @@ def prune_expired(*, batch_size: int | None = None, dry_run: bool = False, max_b
     now = timezone.now()
     if dry_run:
         return _expired(now).count()
-    delete_batch = _delete_expired_batch_sql if sql.single_statement() else _delete_expired_batch_orm
+    delete_batch = backend().delete_expired_batch
     total = 0
     batches = 0
     while max_batches is None or batches < max_batches:
@@ -165,27 +143,6 @@ def _expired(now: datetime) -> QuerySet[Task]:
     return Task.objects.filter(status__in=TERMINAL_STATUSES, expires_at__lt=now)
 
 
-def _delete_expired_batch_orm(now: datetime, size: int) -> int:
-    ids = list(_expired(now).order_by("expires_at").values_list("id", flat=True)[:size])
-    if not ids:
-        return 0
-    InputRequest.objects.filter(task_id__in=ids).delete()
-    TaskEvent.objects.filter(task_id__in=ids).delete()
-    return Task.objects.filter(pk__in=ids, status__in=TERMINAL_STATUSES).delete()[1].get("mcptasks.Task", 0)
-
-
-def _delete_expired_batch_sql(now: datetime, size: int) -> int:
-    """One statement (``prune_batch``): the batch's rows and every row that
-    refers to them.
-
-    Django's delete collector would first load each doomed task, with its
-    arguments and result, to cascade in Python. Rows some other transaction
-    holds (an outcome being marked read) are skipped, not waited for.
-    """
-    params = {"terminal": sql.strings(TERMINAL_STATUSES), "now": now, "size": size}
-    return int(sql.execute("prune_batch", params).rowcount)
-
-
 def expire_now(task_id: str, *, actor: str) -> bool:
     """Expire a task now, so that the next prune deletes it (an active one is
     cancelled first)."""
@@ -196,15 +153,5 @@ def expire_now(task_id: str, *, actor: str) -> bool:
             return False
         if status in ACTIVE_STATUSES:
             cancel(task_id, actor=actor, reason="The task was expired by an operator.")
-        if sql.single_statement():
-            params = {
-                "task_id": task_id,
-                "now": now,
-                "terminal": sql.strings(TERMINAL_STATUSES),
-                "kind": EventKind.EXPIRED.value,
-                "actor": actor,
-            }
-            sql.execute("task_expire", params)
-        elif Task.objects.filter(pk=task_id, status__in=TERMINAL_STATUSES).update(expires_at=now):
-            record_event(task_id, EventKind.EXPIRED, actor, now=now)
+        backend().mark_expired(task_id, now=now, actor=actor)
         return True

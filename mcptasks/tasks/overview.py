@@ -43,6 +43,7 @@ from ..models import ACTIVE_STATUSES, TERMINAL_STATUSES, ActiveTaskCount, Task, 
 from ..tools import effective
 from ..tools.registry import registry
 from . import sql
+from .store import on_postgres
 
 #: The statuses a creation is counted under, in the order charts stack them.
 CREATED_STATUSES: tuple[str, ...] = (*ACTIVE_STATUSES, *TERMINAL_STATUSES)
@@ -178,7 +179,7 @@ def gauges() -> Gauges:
     per owner). The waiting tasks are counted on ``mcptasks_status_created``,
     which reaches them alone, capped at ``GAUGE_COUNT_CAP``. One statement,
     so both come from one snapshot."""
-    if sql.single_statement():
+    if on_postgres():
         cursor = sql.execute(
             "overview_gauges", {"input_required": TaskStatus.INPUT_REQUIRED.value, "cap": GAUGE_COUNT_CAP + 1}
         )
@@ -193,7 +194,7 @@ def gauges() -> Gauges:
 
 def figures(win: Window, now: datetime) -> WindowFigures:
     """Every figure of one window."""
-    if sql.single_statement():
+    if on_postgres():
         with transaction.atomic():
             sql.execute("overview_settings", {"work_mem": SORT_MEMORY})
             return _figures_sql(win, now)

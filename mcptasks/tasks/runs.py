@@ -1,25 +1,23 @@
-"""A worker's runs: the claim of a lease, heartbeats, status messages and
-release, each one statement on Postgres (``run_claim``, ``lease_renew``,
-``lease_release``) beside its ORM twin. The first claim stamps the task's
-``started_at``, which ends its queue wait."""
+"""A worker's runs: the claim of a lease, heartbeats, status messages,
+release, retries and slot waits, each written by the process's store
+(``store.backend()``: on Postgres ``run_claim``, ``lease_renew``,
+``lease_release``, ``run_status_message``, ``run_retry``,
+``run_slot_wait``). The first claim stamps the task's ``started_at``, which
+ends its queue wait."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
-from django.db import models, transaction
-from django.db.models import F, Q, Value
-from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from ..conf import settings
 from ..errors import INTERNAL_ERROR
-from ..models import InputRequest, InputRequestState, Task, TaskEvent, TaskStatus
-from . import sql
-from .events import STATUS_MESSAGE, SYSTEM, EventKind, announce, announce_committed, record_event, worker_actor
+from ..models import Task, TaskEvent
+from .events import SYSTEM, EventKind, worker_actor
+from .store import backend, orm
 from .transitions import fail
 
 
@@ -46,12 +44,10 @@ def start_run(task_id: str, *, worker: str) -> Run | None:
     """``claim``, with the recorded answers the run replays."""
     now = timezone.now()
     lease = now + timedelta(seconds=settings.LEASE_SECONDS)
-    if sql.single_statement():
-        run = _claim_sql(task_id, worker=worker, now=now, lease=lease)
-    else:
-        run = _claim_orm(task_id, worker=worker, now=now, lease=lease)
-    if run is None:
+    claimed = backend().claim(task_id, worker=worker, actor=worker_actor(worker), now=now, lease=lease)
+    if claimed is None:
         return None
+    run = Run(*claimed)
     if run.task.attempts > settings.MAX_ATTEMPTS:
         fail(
             task_id,
@@ -62,70 +58,17 @@ def start_run(task_id: str, *, worker: str) -> Run | None:
     return run
 
 
-def _claim_orm(task_id: str, *, worker: str, now: datetime, lease: datetime) -> Run | None:
-    with transaction.atomic():
-        got = (
-            Task.objects.filter(pk=task_id, status=TaskStatus.WORKING)
-            .filter(Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=now))
-            .update(
-                lease_owner=worker,
-                lease_expires_at=lease,
-                attempts=F("attempts") + 1,
-                started_at=Coalesce(F("started_at"), Value(now, output_field=models.DateTimeField())),
-            )
-        )
-        if not got:
-            return None
-        task = Task.objects.get(pk=task_id)
-        record_event(task_id, EventKind.RUN_STARTED, worker_actor(worker), now=now, detail={"attempt": task.attempts})
-    answers = dict(
-        InputRequest.objects.filter(task_id=task_id, state=InputRequestState.ANSWERED).values_list("key", "response")
-    )
-    return Run(task, answers)
-
-
-def _claim_sql(task_id: str, *, worker: str, now: datetime, lease: datetime) -> Run | None:
-    params = {
-        "task_id": task_id,
-        "worker": worker,
-        "lease": lease,
-        "now": now,
-        "working": TaskStatus.WORKING.value,
-        "kind": EventKind.RUN_STARTED.value,
-        "actor": worker_actor(worker),
-        "answered": InputRequestState.ANSWERED.value,
-    }
-    cursor = sql.execute("run_claim", params)
-    row = cursor.fetchone()
-    if row is None:
-        return None
-    answers = row[-1]
-    if isinstance(answers, str):
-        answers = json.loads(answers)
-    return Run(Task.objects.from_row(sql.column_names(cursor)[:-1], row[:-1]), answers or {})
-
-
 def heartbeat(task_id: str, *, worker: str) -> bool:
     """Renew the lease. False when the task is no longer this worker's to run."""
     return worker in renew_leases({worker: task_id})
 
 
 def renew_leases(runs: dict[str, str]) -> set[str]:
-    """``heartbeat`` for many runs (worker name -> task id) in one statement
-    (``lease_renew``). Returns the workers that still hold their task's lease."""
+    """``heartbeat`` for many runs (worker name -> task id) in one statement.
+    Returns the workers that still hold their task's lease."""
     if not runs:
         return set()
-    lease = timezone.now() + timedelta(seconds=settings.LEASE_SECONDS)
-    if sql.single_statement():
-        params = {
-            "task_ids": list(set(runs.values())),
-            "workers": list(runs),
-            "lease": lease,
-            "working": TaskStatus.WORKING.value,
-        }
-        return {row[0] for row in sql.execute("lease_renew", params).fetchall()}
-    renewed = _held(runs).update(lease_expires_at=lease)
-    return set(runs) if renewed == len(runs) else held_leases(runs)
+    return backend().renew_leases(runs, timezone.now() + timedelta(seconds=settings.LEASE_SECONDS))
 
 
 def held_leases(runs: dict[str, str]) -> set[str]:
@@ -133,12 +76,7 @@ def held_leases(runs: dict[str, str]) -> set[str]:
     ``working`` under their lease, in one statement."""
     if not runs:
         return set()
-    return set(_held(runs).values_list("lease_owner", flat=True))
-
-
-def _held(runs: dict[str, str]) -> Any:
-    # A worker name is unique to its run, so the two lists pair themselves.
-    return Task.objects.filter(pk__in=set(runs.values()), lease_owner__in=list(runs), status=TaskStatus.WORKING)
+    return set(orm.held(runs).values_list("lease_owner", flat=True))
 
 
 def set_status_message(task_id: str, message: str, *, worker: str, progress: dict[str, Any] | None = None) -> bool:
@@ -147,43 +85,12 @@ def set_status_message(task_id: str, message: str, *, worker: str, progress: dic
     gave them: 2025-era sessions get them as ``notifications/progress``).
     A run's reports reach here coalesced (``mcptasks.worker.progress``).
     False when the task is no longer this worker's to run."""
-    now = timezone.now()
-    actor = worker_actor(worker)
-    if sql.single_statement():
-        params = {
-            "task_id": task_id,
-            "message": message,
-            "now": now,
-            "working": TaskStatus.WORKING.value,
-            "worker": worker,
-        }
-        cursor = sql.execute("run_status_message", params)
-        row = cursor.fetchone()
-        if row is None:
-            return False
-        task = Task.objects.from_row(sql.column_names(cursor), row)
-        transaction.on_commit(
-            lambda: announce_committed(task, TaskStatus.WORKING, actor, STATUS_MESSAGE, progress=progress)
-        )
-        return True
-    with transaction.atomic():
-        changed = Task.objects.filter(pk=task_id, status=TaskStatus.WORKING, lease_owner=worker).update(
-            status_message=message, updated_at=now
-        )
-        if changed:
-            announce(task_id, TaskStatus.WORKING, TaskStatus.WORKING, actor, STATUS_MESSAGE, progress=progress)
-        return bool(changed)
+    return backend().set_status_message(task_id, message, worker=worker, actor=worker_actor(worker), progress=progress)
 
 
 def release(task_id: str, *, worker: str) -> None:
-    """Give up the lease without finishing (the worker is shutting down): ``lease_release``."""
-    now = timezone.now()
-    if sql.single_statement():
-        sql.execute("lease_release", {"task_id": task_id, "worker": worker, "now": now})
-        return
-    Task.objects.filter(pk=task_id, lease_owner=worker).update(
-        lease_expires_at=None, lease_owner="", attempts=F("attempts") - 1, dispatched_at=now
-    )
+    """Give up the lease without finishing (the worker is shutting down)."""
+    backend().release(task_id, worker=worker)
 
 
 def tool_retries(task_id: str) -> int:
@@ -198,46 +105,15 @@ def schedule_retry(task_id: str, *, worker: str, attempt: int, delay: float, err
     event records it). Only while ``worker`` holds the lease, so a run
     cancelled meanwhile is not retried. The caller sends the delayed run
     once this commits. ``attempts`` (lost runs, ``MAX_ATTEMPTS``) does not
-    count it. On Postgres one statement (``run_retry``)."""
+    count it."""
     now = timezone.now()
     due = now + timedelta(seconds=delay)
     error = error[:200]
     message = f"Attempt {attempt} at {due:%H:%M:%S} UTC (in {delay:.1f} s), after {error}"
     detail = {"attempt": attempt, "delay": round(delay, 3), "error": error}
-    actor = worker_actor(worker)
-    if sql.single_statement():
-        params = {
-            "task_id": task_id,
-            "worker": worker,
-            "working": TaskStatus.WORKING.value,
-            "now": now,
-            "due": due,
-            "message": message,
-            "kind": EventKind.TOOL_RETRY.value,
-            "actor": actor,
-            "detail": sql.db_value(TaskEvent, "detail", detail),
-        }
-        cursor = sql.execute("run_retry", params)
-        row = cursor.fetchone()
-        if row is None:
-            return False
-        task = Task.objects.from_row(sql.column_names(cursor), row)
-        announce(task_id, TaskStatus.WORKING, TaskStatus.WORKING, actor, STATUS_MESSAGE, task=task)
-        return True
-    with transaction.atomic():
-        moved = Task.objects.filter(pk=task_id, status=TaskStatus.WORKING, lease_owner=worker).update(
-            lease_owner="",
-            lease_expires_at=None,
-            attempts=F("attempts") - 1,
-            dispatched_at=due,
-            status_message=message,
-            updated_at=now,
-        )
-        if not moved:
-            return False
-        record_event(task_id, EventKind.TOOL_RETRY, actor, now=now, detail=detail)
-        announce(task_id, TaskStatus.WORKING, TaskStatus.WORKING, actor, STATUS_MESSAGE)
-    return True
+    return backend().schedule_retry(
+        task_id, worker=worker, actor=worker_actor(worker), now=now, due=due, message=message, detail=detail
+    )
 
 
 def wait_for_slot(task_id: str, *, delay: float, message: str) -> bool:
@@ -245,34 +121,7 @@ def wait_for_slot(task_id: str, *, delay: float, message: str) -> bool:
     run claimed, stays ``working`` with its next try due in ``delay``
     seconds and ``message`` as its status (listeners hear of it when the
     message changes). ``False`` when the task is no longer waiting to run
-    (finished, cancelled, asking, or running elsewhere): nothing to retry.
-    On Postgres one statement (``run_slot_wait``)."""
+    (finished, cancelled, asking, or running elsewhere): nothing to retry."""
     now = timezone.now()
     due = now + timedelta(seconds=delay)
-    if sql.single_statement():
-        params = {
-            "task_id": task_id,
-            "working": TaskStatus.WORKING.value,
-            "now": now,
-            "due": due,
-            "message": message,
-        }
-        cursor = sql.execute("run_slot_wait", params)
-        row = cursor.fetchone()
-        if row is None:
-            return False
-        task = Task.objects.from_row(sql.column_names(cursor), row)
-        if task.updated_at == now:
-            announce(task_id, TaskStatus.WORKING, TaskStatus.WORKING, SYSTEM, STATUS_MESSAGE, task=task)
-        return True
-    with transaction.atomic():
-        waiting = Task.objects.filter(pk=task_id, status=TaskStatus.WORKING).filter(
-            Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=now)
-        )
-        changed = waiting.exclude(status_message=message).update(
-            dispatched_at=due, status_message=message, updated_at=now
-        )
-        if changed:
-            announce(task_id, TaskStatus.WORKING, TaskStatus.WORKING, SYSTEM, STATUS_MESSAGE)
-            return True
-        return bool(waiting.update(dispatched_at=due))
+    return backend().wait_for_slot(task_id, now=now, due=due, message=message)

@@ -5,10 +5,9 @@ A tool with a limit has that many ``ToolSlot`` rows. A run takes a free one
 before it claims its task (``take``) and gives it back when it ends
 (``free``); while it runs, the lease monitor renews the slot with the lease
 (``renew``), so the slot of a killed worker comes free when its lease would
-have lapsed. On Postgres each step is one statement (``slot_*`` in
-queries.sql); elsewhere its ORM twin here, a compare-and-set on the slot row
-(row locks where the database has them, MariaDB's ``SKIP LOCKED``
-included; SQLite's one writer at a time otherwise).
+have lapsed. The process's store writes each step (``store.backend()``: on
+Postgres the ``slot_*`` statements of queries.sql; elsewhere a
+compare-and-set on the slot row).
 """
 
 from __future__ import annotations
@@ -16,13 +15,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import timedelta
 
-from django.db import transaction
-from django.db.models import Q
 from django.utils import timezone
 
 from ..conf import settings
 from ..models import Task, ToolSlot
-from . import sql
+from .store import backend
 
 
 def take(tool_name: str, limit: int, *, task_id: str, worker: str) -> int | None:
@@ -30,32 +27,7 @@ def take(tool_name: str, limit: int, *, task_id: str, worker: str) -> int | None
     ``worker``: the slot's number, or ``None`` when all are held."""
     now = timezone.now()
     lease = now + timedelta(seconds=settings.LEASE_SECONDS)
-    if sql.single_statement():
-        sql.execute("slot_rows", {"tool": tool_name, "limit": limit})
-        params = {"tool": tool_name, "limit": limit, "task_id": task_id, "worker": worker, "lease": lease, "now": now}
-        row = sql.execute("slot_take", params).fetchone()
-        return None if row is None else int(row[0])
-    ToolSlot.objects.bulk_create([ToolSlot(tool_name=tool_name, slot=n) for n in range(limit)], ignore_conflicts=True)
-    free = Q(expires_at__isnull=True) | Q(expires_at__lt=now)
-    with transaction.atomic():
-        candidates = ToolSlot.objects.filter(free, tool_name=tool_name, slot__lt=limit).order_by("slot")
-        if _skip_locked():
-            # Lock one free slot, passing over those other runs are taking.
-            candidates = candidates.select_for_update(skip_locked=True)[:1]
-        for slot in candidates:
-            # Compare-and-set: only if nobody took it since it was read.
-            taken = ToolSlot.objects.filter(free, pk=slot.pk, worker=slot.worker, expires_at=slot.expires_at).update(
-                task_id=task_id, worker=worker, expires_at=lease
-            )
-            if taken:
-                return slot.slot
-    return None
-
-
-def _skip_locked() -> bool:
-    from django.db import connection
-
-    return bool(connection.features.has_select_for_update_skip_locked)
+    return backend().take_slot(tool_name, limit, task_id=task_id, worker=worker, now=now, lease=lease)
 
 
 def renew(workers: Iterable[str]) -> None:
@@ -64,18 +36,12 @@ def renew(workers: Iterable[str]) -> None:
     if not held:
         return
     lease = timezone.now() + timedelta(seconds=settings.LEASE_SECONDS)
-    if sql.single_statement():
-        sql.execute("slot_renew", {"lease": lease, "workers": held})
-        return
-    ToolSlot.objects.filter(worker__in=held).update(expires_at=lease)
+    backend().renew_slots(held, lease)
 
 
 def free(worker: str) -> None:
     """The run ``worker`` gives its slot back."""
-    if sql.single_statement():
-        sql.execute("slot_free", {"worker": worker})
-        return
-    ToolSlot.objects.filter(worker=worker).update(task_id="", worker="", expires_at=None)
+    backend().free_slot(worker)
 
 
 def held(tool_name: str) -> int:

@@ -1,10 +1,10 @@
 """The one home of the raw statements: ``queries.sql`` holds them, each under
 its name, and this module runs them on Postgres, prepared server-side.
 
-Each statement is one named operation's Postgres implementation; its ORM
-twin, for every other database, sits beside the code that calls it
-(``creation``, ``transitions``, ``runs``, ``reads``, ``quota``,
-``maintenance``), and the tests run both (the ``transition_paths`` fixture).
+Each statement is one named operation's Postgres implementation, called by
+the Postgres store (``store.postgres``); its ORM form, for every other
+database, is the ORM store's (``store.orm``), and the tests run both (the
+``transition_paths`` fixture).
 
 Two ways to run a statement, one text:
 
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import re
 import sys
 import time
@@ -65,27 +64,6 @@ STATEMENTS: dict[str, str] = _load(Path(__file__).with_name("queries.sql"))
 #: psycopg prepares a statement when asked (``prepare=True``) or after this
 #: many runs: an unreachable count, so only the statements here are prepared.
 _ONLY_WHEN_ASKED = sys.maxsize
-
-
-def single_statement() -> bool:
-    """Whether the raw statements apply (Postgres); other databases take
-    each operation's ORM implementation. Chosen once per process (again
-    only when ``DATABASES`` changes, as in tests), so one transition has
-    one writer in a process.
-
-    On Postgres each hot operation is one statement (a data-modifying CTE:
-    the guarded UPDATE, its event, and the row as left), so one round trip and
-    one implicit commit, with no ORM query compilation. The guard is the
-    UPDATE's own WHERE, which Postgres re-checks against the newest row
-    version after waiting for a concurrent writer: the same compare-and-set
-    as ``transitions._transition``.
-    """
-    return _on_postgres()
-
-
-@functools.cache
-def _on_postgres() -> bool:
-    return connection.vendor == "postgresql"
 
 
 def _prepare(text: str, max_age: float | None) -> bool:
@@ -173,7 +151,7 @@ class Session:
 
 class NotOnLoop(Exception):
     """The task store cannot be reached on the event loop (its database
-    failed there, or it is not Postgres); the request is answered as an
+    failed there, or it has a role to assume); the request is answered as an
     outage (503), never served again on a thread."""
 
 
@@ -295,5 +273,3 @@ def close_pools() -> None:
 def _forget_pools(*, setting: str, **kwargs: Any) -> None:
     if setting in ("DATABASES", "MCPTASKS"):
         close_pools()
-    if setting == "DATABASES":
-        _on_postgres.cache_clear()
