@@ -12,8 +12,6 @@ class MCPTasksConfig(AppConfig):
 
         from . import checks  # noqa: F401  (registers the system checks)
         from .conf import settings
-        from .protocol import threads
-        from .tasks import events as task_events
         from .telemetry import metrics as telemetry_metrics
         from .worker import brokers, dispatch, jobs, queue_depth  # noqa: F401  (jobs registers the Celery tasks)
 
@@ -21,8 +19,6 @@ class MCPTasksConfig(AppConfig):
         brokers.connect()
         # Runs leave the domain through its dispatch seam: Celery fills it.
         dispatch.connect()
-        # Receivers of a change committed on the event loop run on the endpoint's threads.
-        task_events.run_receivers_on(threads.worker_threads)
         # The gauges (native telemetry): the tasks table's, and the run queue's depth.
         telemetry_metrics.connect()
         queue_depth.connect()

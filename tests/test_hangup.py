@@ -122,7 +122,7 @@ def test_a_run_queued_behind_a_full_pool_never_starts_once_its_client_is_gone(se
     """Abandoned runs waiting for a tool thread are dropped, not run for nobody."""
     caplog.set_level(logging.WARNING, logger=TRACE)
     settings.MCPTASKS = {**settings.MCPTASKS, "INLINE_TOOL_THREADS": 1, "MAX_INLINE_RUNS_PER_OWNER": None}
-    from mcptasks.protocol import threads
+    from mcptasks import threads
 
     threads._pools.pop("tools", None)  # a pool of one thread for this test
     try:

@@ -22,6 +22,7 @@ from ..errors import InvalidParams, TaskNotFound
 from ..models import TERMINAL_STATUSES, Era, Task, TaskStatus
 from ..tasks import lifecycle, poll_snapshot, reads, sql
 from ..tasks.reads import log_outcome_read
+from ..threads import on_a_thread
 from ..tools.registry import Tool
 from . import authorization, limits
 from .caller import Caller
@@ -112,19 +113,7 @@ class _Loop(Route):
         await lifecycle.asubmit_input(task_id, responses, actor=actor)
 
     async def on_thread(self, work: Callable[[], T]) -> T:
-        from asgiref.sync import sync_to_async
-        from django.db import close_old_connections
-
-        from .threads import worker_threads
-
-        def run() -> T:
-            close_old_connections()
-            try:
-                return work()
-            finally:
-                close_old_connections()
-
-        return await sync_to_async(run, thread_sensitive=False, executor=worker_threads())()
+        return await on_a_thread(work)
 
 
 async def _loop_poll(task_id: str, owner: str, actor: str | None) -> Task | None:

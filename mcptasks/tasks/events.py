@@ -13,20 +13,17 @@ committed, and its request is answered as such.
 
 from __future__ import annotations
 
-import asyncio
-import contextvars
 import functools
 import logging
 from collections.abc import Callable, Mapping
-from concurrent.futures import Executor
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from django.db import close_old_connections, transaction
+from django.db import transaction
 from django.dispatch import Signal
 
-from .. import signals
+from .. import signals, threads
 from ..models import Task, TaskEvent, TaskStatus
 from .inputs import pending_inputs
 
@@ -142,36 +139,13 @@ def send_created(task: Task) -> None:
     send_robustly(signals.task_created, task=task)
 
 
-#: The threads that run receivers for changes committed on the event loop:
-#: the endpoint's pool, installed when the app is ready (``apps``); the
-#: loop's default executor until then.
-_receiver_threads: Callable[[], Executor] | None = None
-
-
-def run_receivers_on(threads: Callable[[], Executor]) -> None:
-    """Where ``aannounce_committed`` runs receivers: ``threads()``'s pool."""
-    global _receiver_threads
-    _receiver_threads = threads
-
-
 async def on_a_thread(work: Callable[[], None]) -> None:
-    """Run ``work`` (which sends the signals) on a receiver thread, with the
-    caller's context, and wait for it; Django's connection upkeep around it,
-    as for a request."""
+    """Run ``work`` (which sends the signals) on one of the endpoint's
+    threads and wait for it (``threads.on_a_thread``)."""
     if not _has_receivers():
         work()  # the log line alone: no site code, so no hop
         return
-    context = contextvars.copy_context()
-
-    def run() -> None:
-        close_old_connections()
-        try:
-            context.run(work)
-        finally:
-            close_old_connections()
-
-    executor = _receiver_threads() if _receiver_threads is not None else None
-    await asyncio.get_running_loop().run_in_executor(executor, run)
+    await threads.on_a_thread(work)
 
 
 def _has_receivers() -> bool:

@@ -252,22 +252,11 @@ async def _answer_on_loop(
 async def _identify(scope: Scope, body: bytes, request_id: Any) -> Caller | WireReply:
     """``views.authenticated_caller`` on one of the endpoint's threads, for
     a Django request made from the scope (no middleware runs on this route)."""
-    from asgiref.sync import sync_to_async
-    from django.db import close_old_connections
-
-    from ..protocol.threads import worker_threads
+    from ..threads import on_a_thread
     from .views import authenticated_caller
 
     request = ASGIRequest(scope, io.BytesIO(body))
-
-    def identify() -> Caller | WireReply:
-        close_old_connections()
-        try:
-            return authenticated_caller(request, request_id)
-        finally:
-            close_old_connections()
-
-    return await sync_to_async(identify, thread_sensitive=False, executor=worker_threads())()
+    return await on_a_thread(lambda: authenticated_caller(request, request_id))
 
 
 #: The methods of ``on_loop.METHODS``, as they appear in a body.

@@ -27,8 +27,8 @@ from ..protocol.modern import handlers as modern
 from ..protocol.modern.headers import META_VERSION
 from ..protocol.replies import WireReply, empty_reply, error_reply, failsafe, message_reply, result_reply
 from ..protocol.streaming import Deferred
-from ..protocol.threads import tool_threads, worker_threads
 from ..telemetry import requests as request_telemetry
+from ..threads import tool_threads, worker_threads
 from . import identity_cache
 from .authorization import authenticate
 from .hangup import cancelled_by_hangup, outliving

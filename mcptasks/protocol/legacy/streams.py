@@ -32,17 +32,16 @@ from collections.abc import AsyncIterator, Callable
 from enum import StrEnum
 from typing import Any
 
-from asgiref.sync import sync_to_async
-from django.db import close_old_connections, connection
+from django.db import connection
 
 from ...conf import settings
 from ...errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, InputNeeded, ProtocolError, TaskCancelled
 from ...models import LegacySession, Task
 from ...notify import fabric as notify
 from ...tasks.inputs import pending_inputs
+from ...threads import on_a_thread
 from .. import jsonrpc
 from ..subscriptions import TaskOrder
-from ..threads import worker_threads
 from .sessions import call_group, call_token, related, session_group
 
 logger = logging.getLogger("mcptasks.legacy")
@@ -187,14 +186,7 @@ async def db(fn: Callable[..., Any], *args: Any) -> Any:
     """Run ORM code from a stream: on the endpoint's fixed pool of threads
     (none of its own per stream), on a connection checked before and after use."""
 
-    def call() -> Any:
-        close_old_connections()
-        try:
-            return fn(*args)
-        finally:
-            close_old_connections()
-
-    return await sync_to_async(call, thread_sensitive=False, executor=worker_threads())()
+    return await on_a_thread(lambda: fn(*args))
 
 
 def _request(request_id: str, method: str, params: dict[str, Any]) -> dict[str, Any]:

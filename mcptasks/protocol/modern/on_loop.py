@@ -1,10 +1,11 @@
-"""The event loop's pipeline for the modern era on Postgres: ``tools/call``
-of a task tool (creation), ``tasks/get``, ``tasks/update`` and
-``tasks/cancel``, without a Django request.
+"""The event loop's pipeline for the modern era: ``tools/call`` of a task
+tool (creation), ``tasks/get``, ``tasks/update`` and ``tasks/cancel``,
+without a Django request, on every database.
 
 Each method is its handler in :mod:`handlers` on ``task_methods.LOOP``:
-the same task method, with its steps in their loop forms (the statements
-of ``queries.sql``, on the loop's own connections).
+the same task method, with its steps in their loop forms (on Postgres the
+statements of ``queries.sql`` on the loop's own connections; on the ORM
+store, each step awaited on a thread).
 
 Which requests the loop serves is decided before anything is done
 (:func:`takes`: a task tool's plain creation, a run that can be sent from
@@ -20,7 +21,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from ...errors import ProtocolError
-from ...tasks import dispatch, sql
+from ...tasks import dispatch, sql, store
 from ...tools.registry import registry
 from .. import limits
 from ..caller import Caller
@@ -35,7 +36,14 @@ __all__ = ["METHODS", "available", "serve", "takes"]
 def available() -> bool:
     """Whether requests can be served on the loop at all (checked first, so
     a request that cannot be is not parsed twice)."""
-    return sql.loop_available() and limits.poll_throttle_on_loop()
+    return limits.poll_throttle_on_loop()
+
+
+def _sender_ready() -> bool:
+    """Whether a run this loop starts can be sent: from the loop itself
+    where the store's statements run on it (a sender installed there), or
+    from the thread the ORM store's step runs on."""
+    return not (store.on_postgres() and sql.loop_available()) or dispatch.loop_sender() is not None
 
 
 def takes(message: Message, headers: Mapping[str, str]) -> bool:
@@ -51,7 +59,7 @@ def takes(message: Message, headers: Mapping[str, str]) -> bool:
     except ProtocolError:
         return False  # the thread path answers it
     if message.method == "tasks/update":
-        return dispatch.loop_sender() is not None  # a resumed task's run is sent from here
+        return _sender_ready()  # a resumed task's run is sent from here
     if message.method != "tools/call":
         return True
     name = message.params.get("name")
@@ -63,7 +71,7 @@ def takes(message: Message, headers: Mapping[str, str]) -> bool:
         or tool.starts_inline
         or "requestState" in message.params
         or "inputResponses" in message.params
-        or dispatch.loop_sender() is None
+        or not _sender_ready()
     )
 
 

@@ -6,19 +6,18 @@ change's transaction). The ``a*`` forms await the same operation on a thread
 
 from __future__ import annotations
 
-import asyncio
-import contextvars
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
-from django.db import close_old_connections, connection, models, transaction
+from django.db import connection, models, transaction
 from django.db.models import F, Q, QuerySet, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from ...models import TERMINAL_STATUSES, InputRequest, InputRequestState, Task, TaskEvent, TaskStatus, ToolSlot
 from ...telemetry import metrics
+from ...threads import on_a_thread
 from .. import quota
 from ..dispatch import enqueue_after_commit
 from ..events import STATUS_MESSAGE, SYSTEM, EventKind, announce, record_event
@@ -29,21 +28,6 @@ T = TypeVar("T")
 Decide = Callable[[str, Iterable[Any]], tuple[list[str], bool, dict[str, Any]] | None]
 
 _CLEAR_LEASE = {"lease_owner": "", "lease_expires_at": None}
-
-
-async def on_a_thread(work: Callable[[], T]) -> T:
-    """``work`` on a thread of the loop's default pool, with the caller's
-    context, Django's connection upkeep around it as for a request."""
-    context = contextvars.copy_context()
-
-    def run() -> T:
-        close_old_connections()
-        try:
-            return context.run(work)
-        finally:
-            close_old_connections()
-
-    return await asyncio.get_running_loop().run_in_executor(None, run)
 
 
 async def create_on_a_thread(create: Callable[[], Task]) -> Task | None:

@@ -18,6 +18,7 @@ from django.utils import timezone
 from ...conf import settings
 from ...models import TERMINAL_STATUSES, InputRequest, InputRequestState, Task, TaskEvent, TaskStatus
 from ...telemetry import metrics
+from ...threads import on_a_thread
 from .. import dispatch, quota, sql
 from ..events import (
     STATUS_MESSAGE,
@@ -28,7 +29,7 @@ from ..events import (
     announce,
     announce_committed,
 )
-from .orm import Decide, create_on_a_thread, on_a_thread
+from .orm import Decide, create_on_a_thread
 
 _COLUMNS = [field.attname for field in Task._meta.concrete_fields]
 #: The columns whose values Django adapts for the driver (JSON wrapped,
