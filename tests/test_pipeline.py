@@ -122,6 +122,53 @@ def test_a_site_receiver_reading_the_orm_leaves_one_task_per_call_on_both_paths(
     _loop_only(poll_rpc, entries, 10)
 
 
+@pytest.fixture
+def thread_hops(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Each step the event loop awaited on a thread (``threads.on_a_thread``)."""
+    from mcptasks import threads
+
+    hops: list[str] = []
+    hop = threads.on_a_thread
+
+    async def counted(work: Any) -> Any:
+        hops.append(getattr(work, "__qualname__", repr(work)))
+        return await hop(work)
+
+    monkeypatch.setattr(threads, "on_a_thread", counted)
+    return hops
+
+
+@postgres_only.LOOP_POLLS
+def test_a_change_no_site_code_hears_takes_no_thread_on_the_loop(entries, redis_poll_throttle, loop_runs, thread_hops):
+    """The app's own publishers read no ORM for a 2026-era task, so its
+    creation and cancel are announced on the loop; a site receiver takes the
+    thread hop, once per change."""
+    from mcptasks.tasks import events
+
+    assert events._publishers, "the test site publishes changes (a channel layer is configured)"
+    client = AsgiRpc()
+    client.request("server/discover")  # identifies the caller, on a thread
+    thread_hops.clear()
+    task_id = client.call_tool("slow_compute", {"seconds": 30}, capabilities=TASKS_CAPS).result["taskId"]
+    assert client.tasks_cancel(task_id).ok
+    assert thread_hops == []
+
+    heard = Heard()
+
+    def on_changed(sender: Any, task_id: str, kind: str, **_: Any) -> None:
+        heard.add(kind, task_id)
+
+    signals.task_changed.connect(on_changed, sender=Task, weak=False, dispatch_uid="test.site.hops")
+    try:
+        other = client.call_tool("slow_compute", {"seconds": 30}, capabilities=TASKS_CAPS).result["taskId"]
+        assert client.tasks_cancel(other).ok
+    finally:
+        signals.task_changed.disconnect(dispatch_uid="test.site.hops", sender=Task)
+    assert len(thread_hops) == 2
+    assert heard.of(other) == [("created", "working"), ("transition", "cancelled")]
+    assert entries.count("loop") == 4
+
+
 def test_a_site_receiver_hears_each_change_once_on_both_paths(poll_rpc, entries, site_receivers):
     entries.clear()
     working, waiting = running_task(owner="anonymous"), waiting_task(owner="anonymous", keys=["a"])

@@ -1,6 +1,8 @@
 """Connects committed lifecycle changes, and registry changes, to the
 notification fabric. Connected by the app config when a channel layer is
-configured (otherwise nobody could listen, and snapshots would be wasted)."""
+configured (otherwise nobody could listen, and snapshots would be wasted).
+A task's change is published as the app's own (``events.add_publisher``):
+it reads no ORM, so a change on the event loop is published there."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from typing import Any
 from .. import signals
 from ..models import Task
 from ..notify import fabric as notify
+from ..tasks import events
 from .shapes import change_stamp, detailed_task
 
 
@@ -43,5 +46,5 @@ def publish_registry_change(*, kind: str, **_: Any) -> None:
 
 
 def connect() -> None:
-    signals.task_changed.connect(publish_task_change, sender=Task, dispatch_uid="mcptasks.publish_task_change")
+    events.add_publisher(publish_task_change)
     signals.registry_changed.connect(publish_registry_change, dispatch_uid="mcptasks.publish_registry_change")

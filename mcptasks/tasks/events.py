@@ -2,13 +2,15 @@
 a ``signals.task_changed`` and a structured log line (on the ``mcptasks.lifecycle`` logger).
 Actors are named here too.
 
-The signals' receivers are site code (and the app's own publishers): they
-run on a thread, after the commit, once per event, whatever path made the
-change. A change committed on a thread sends them there, from
-``transaction.on_commit``; one committed on the event loop awaits them on a
-thread (``aannounce_committed``), never on the loop, where the ORM raises.
-A receiver that raises is logged and the others still run: the change is
-committed, and its request is answered as such.
+The signals' receivers are site code: they run on a thread, after the
+commit, once per event, whatever path made the change. A change committed on
+a thread sends them there, from ``transaction.on_commit``; one committed on
+the event loop awaits them on a thread (``aannounce_committed``), never on
+the loop, where the ORM raises. A receiver that raises is logged and the
+others still run: the change is committed, and its request is answered as
+such. The app's own publishers (:func:`add_publisher`) are called after the
+receivers, with the same arguments; each says which changes it needs a
+thread for, so a change no site code hears takes no thread on the loop.
 """
 
 from __future__ import annotations
@@ -66,10 +68,29 @@ def worker_actor(name: str) -> str:
     return f"worker:{name}"
 
 
+#: A publisher of the app's own: called with ``task_changed``'s arguments.
+Publisher = Callable[..., None]
+
+#: The app's publishers, each with what says whether a change of this task
+#: needs it to run on a thread (it reads the ORM for it).
+_publishers: list[tuple[Publisher, Callable[[Task | None], bool]]] = []
+
+
+def add_publisher(publish: Publisher, *, needs_thread: Callable[[Task | None], bool] = lambda task: False) -> None:
+    """Call ``publish`` after each committed change (once per process)."""
+    if all(existing is not publish for existing, _ in _publishers):
+        _publishers.append((publish, needs_thread))
+
+
+def _listened() -> bool:
+    """Whether anything hears a change: site code, or a publisher."""
+    return bool(_publishers) or signals.task_changed.has_listeners(Task)
+
+
 def _snapshot(task_id: str) -> tuple[Task | None, dict[str, Any] | None]:
     """The task as this change leaves it (read inside the transaction), for
     listeners that must see every transition; skipped when nobody listens."""
-    if not signals.task_changed.has_listeners(Task):
+    if not _listened():
         return None, None
     task = Task.objects.filter(pk=task_id).first()
     pending = None
@@ -95,7 +116,7 @@ def announce(
     pending: dict[str, Any] | None = {}
     if task is None:
         task, pending = _snapshot(task_id)
-    elif task.status == TaskStatus.INPUT_REQUIRED and signals.task_changed.has_listeners(Task):
+    elif task.status == TaskStatus.INPUT_REQUIRED and _listened():
         pending = pending_inputs(task_id)  # the questions this change left open, read in its transaction
     transaction.on_commit(lambda: _send(task_id, from_status, to_status, actor, kind, task, pending, progress))
 
@@ -120,7 +141,7 @@ async def aannounce_committed(
 ) -> None:
     """``announce_committed`` for a change committed on the event loop: the
     receivers run on a thread, awaited."""
-    await on_a_thread(lambda: announce_committed(task, from_status, actor, kind, pending=pending))
+    await on_a_thread(task, lambda: announce_committed(task, from_status, actor, kind, pending=pending))
 
 
 async def aannounce_created(task: Task, actor: str) -> None:
@@ -131,7 +152,7 @@ async def aannounce_created(task: Task, actor: str) -> None:
         send_created(task)
         _send(task.id, "", task.status, actor, EventKind.CREATED, task, {})
 
-    await on_a_thread(send)
+    await on_a_thread(task, send)
 
 
 def send_created(task: Task) -> None:
@@ -139,17 +160,23 @@ def send_created(task: Task) -> None:
     send_robustly(signals.task_created, task=task)
 
 
-async def on_a_thread(work: Callable[[], None]) -> None:
-    """Run ``work`` (which sends the signals) on one of the endpoint's
-    threads and wait for it (``threads.on_a_thread``)."""
-    if not _has_receivers():
-        work()  # the log line alone: no site code, so no hop
-        return
-    await threads.on_a_thread(work)
+async def on_a_thread(task: Task, work: Callable[[], None]) -> None:
+    """Run ``work`` (which sends the signals of a change of ``task``) on one
+    of the endpoint's threads and wait for it (``threads.on_a_thread``);
+    on the loop itself when no site code hears it and no publisher needs a
+    thread for it (the log line and the publish alone: no hop)."""
+    if _needs_thread(task):
+        await threads.on_a_thread(work)
+    else:
+        work()
 
 
-def _has_receivers() -> bool:
-    return signals.task_changed.has_listeners(Task) or signals.task_created.has_listeners(Task)
+def _needs_thread(task: Task) -> bool:
+    return (
+        signals.task_changed.has_listeners(Task)
+        or signals.task_created.has_listeners(Task)
+        or any(needs(task) for _, needs in _publishers)
+    )
 
 
 def send_robustly(signal: Signal, **named: Any) -> None:
@@ -190,17 +217,22 @@ def _send(
         actor,
         extra={"task_id": task_id, "kind": kind, "from_status": from_status, "to_status": to_status, "actor": actor},
     )
-    send_robustly(
-        signals.task_changed,
-        task_id=task_id,
-        from_status=from_status,
-        to_status=to_status,
-        actor=actor,
-        kind=kind,
-        task=task,
-        pending_inputs=pending,
-        progress=progress,
-    )
+    named = {
+        "task_id": task_id,
+        "from_status": from_status,
+        "to_status": to_status,
+        "actor": actor,
+        "kind": kind,
+        "task": task,
+        "pending_inputs": pending,
+        "progress": progress,
+    }
+    send_robustly(signals.task_changed, **named)
+    for publish, _needs in _publishers:
+        try:
+            publish(sender=Task, **named)
+        except Exception:  # as a receiver's: logged, and the change stays committed
+            logger.exception("publisher %s failed after a committed change", _receiver_name(publish))
 
 
 def record_event(

@@ -20,10 +20,10 @@ from typing import Any
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from ... import signals
 from ...errors import InvalidParams
 from ...models import ACTIVE_STATUSES, Era, LegacySession, LegacyTask, Task, TaskStatus
 from ...notify import fabric as notify
+from ...tasks import events
 from ..caller import Caller
 from ..shapes import change_stamp, iso
 
@@ -247,4 +247,5 @@ def _forward_progress(task: Task, progress: dict[str, Any]) -> None:
 
 
 def connect() -> None:
-    signals.task_changed.connect(forward_task_change, sender=Task, dispatch_uid="mcptasks.legacy_task_status")
+    # A 2025-era task's session is an ORM read: its changes need a thread.
+    events.add_publisher(forward_task_change, needs_thread=lambda task: task is not None and task.era == Era.LEGACY)
