@@ -234,3 +234,37 @@ def test_the_asgi_route_looks_for_every_method_the_loop_serves():
     from mcptasks.web import asgi
 
     assert {method.decode() for method in asgi._LOOP_METHODS} == set(on_loop.METHODS)
+
+
+@postgres_only.LOOP_POLLS
+def test_the_update_throttle_counts_on_the_loop_through_a_database_cache(settings, loop_runs, loop_served):
+    """``THROTTLE_RATES["update"]`` counted in a cache that is an ORM call
+    (Django's database cache, ``THROTTLE_SYNC_MS`` 0): on the loop its count
+    is awaited on a thread, so the third cancel is refused, not served
+    uncounted (on the loop itself the ORM would raise)."""
+    from django.core.management import call_command
+
+    from tests.support.asgi import AsgiRpc
+    from tests.test_limits import assert_rate_limited
+
+    settings.CACHES = {
+        **settings.CACHES,
+        "db-throttle": {"BACKEND": "django.core.cache.backends.db.DatabaseCache", "LOCATION": "mcptasks_test_throttle"},
+    }
+    call_command("createcachetable", "mcptasks_test_throttle", verbosity=0)
+    settings.MCPTASKS = {
+        **settings.MCPTASKS,
+        "THROTTLE_CACHE": "db-throttle",
+        "THROTTLE_SYNC_MS": 0,
+        "POLL_BURST": 0,
+        "THROTTLE_RATES": {"update": "2/m"},
+    }
+    client = AsgiRpc()
+    client.request("server/discover")  # identifies the caller, on a thread
+    tasks = [running_task(owner="anonymous") for _ in range(3)]
+    loop_served.clear()
+    assert client.tasks_cancel(tasks[0].id).ok
+    assert client.tasks_cancel(tasks[1].id).ok
+    assert_rate_limited(client.tasks_cancel(tasks[2].id), at_most_seconds=60)
+    assert Task.objects.get(pk=tasks[2].id).status == "working", "a refused cancel cancels nothing"
+    assert len(loop_served) == 3

@@ -124,7 +124,10 @@ def test_a_site_receiver_reading_the_orm_leaves_one_task_per_call_on_both_paths(
 
 @pytest.fixture
 def thread_hops(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Each step the event loop awaited on a thread (``threads.on_a_thread``)."""
+    """Each step the event loop awaited on a thread (``threads.on_a_thread``,
+    wherever a module of the app holds it)."""
+    import sys
+
     from mcptasks import threads
 
     hops: list[str] = []
@@ -134,7 +137,14 @@ def thread_hops(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         hops.append(getattr(work, "__qualname__", repr(work)))
         return await hop(work)
 
-    monkeypatch.setattr(threads, "on_a_thread", counted)
+    holders = [
+        m
+        for name, m in list(sys.modules.items())
+        if name.startswith("mcptasks") and getattr(m, "on_a_thread", None) is hop
+    ]
+    assert threads in holders and len(holders) > 2, "the store and the task methods hold it too"
+    for module in holders:
+        monkeypatch.setattr(module, "on_a_thread", counted)
     return hops
 
 

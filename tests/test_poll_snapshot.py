@@ -403,3 +403,17 @@ def test_a_task_whose_second_poll_reads_its_outcome_first_is_not_marked():
 
     assert run_on_loop(scenario) == 0
     assert not Task.objects.get(pk=task.id).snapshot_watched
+
+
+@postgres_only.POLL_SNAPSHOT
+def test_no_snapshot_where_the_loop_cannot_take_the_sites_role(monkeypatch):
+    """With ``assume_role`` in ``OPTIONS`` the loop's own connections could
+    not take the role (the store awaits its steps on a thread), so no
+    snapshot connects or marks a task as the login role."""
+    options = {**connection.settings_dict.get("OPTIONS", {}), "assume_role": "mcptasks_site"}
+    monkeypatch.setitem(connection.settings_dict, "OPTIONS", options)
+
+    async def snapshot() -> Any:
+        return poll_snapshot.current()
+
+    assert asyncio.run(snapshot()) is None

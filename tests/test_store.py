@@ -134,6 +134,6 @@ def test_the_async_forms_are_served_on_a_thread_where_the_loop_cannot_be(publish
     assert [m["args"][0] for m in published] == [created.id, waiting.id]
 
     settings.MCPTASKS = {**settings.MCPTASKS, "MAX_ACTIVE_TASKS_PER_OWNER": 1}
-    refused = asyncio.run(lifecycle.acreate_task(owner="alice", tool_name="slow_compute", arguments={"seconds": 1}))
-    assert refused is None  # the thread path answers the refusal
+    with pytest.raises(lifecycle.TooManyActiveTasks):  # refused once, on its thread, as there
+        asyncio.run(lifecycle.acreate_task(owner="alice", tool_name="slow_compute", arguments={"seconds": 1}))
     assert Task.objects.filter(owner="alice").count() == 2

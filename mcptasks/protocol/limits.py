@@ -28,6 +28,7 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 from rest_framework.throttling import SimpleRateThrottle
 
+from .. import threads
 from ..conf import settings
 from ..errors import INVALID_REQUEST, RATE_LIMITED, ProtocolError
 from .throttle_counts import LocalCounts, Push
@@ -371,6 +372,20 @@ def throttle(scope: str, owner: str) -> None:
     rate = (settings.THROTTLE_RATES or {}).get(scope)
     if rate:
         FixedWindowThrottle.from_rate(scope, rate).check(owner)
+
+
+async def athrottle(scope: str, owner: str) -> None:
+    """:func:`throttle` from the event loop: counted there in the process's
+    memory, or its cache call on a thread (a database or Redis cache's call
+    would block the loop, or raise there)."""
+    rate = (settings.THROTTLE_RATES or {}).get(scope)
+    if not rate:
+        return
+    window = FixedWindowThrottle.from_rate(scope, rate)
+    if local_counts() is not None:
+        window.check(owner)
+    else:
+        await threads.on_a_thread(lambda: window.check(owner))
 
 
 def throttle_poll(owner: str, task_id: str, poll_interval_ms: int) -> None:

@@ -59,6 +59,9 @@ class Route:
     async def throttle_poll(self, task: Task) -> None:
         limits.throttle_poll(task.owner, task.id, task.poll_interval_ms)
 
+    async def throttle(self, scope: str, owner: str) -> None:
+        limits.throttle(scope, owner)
+
     async def create(self, era: Era, answered: Mapping[str, lifecycle.Answer], **fields: Any) -> Task:
         return lifecycle.create_task(era=era, answered=answered, **fields)
 
@@ -98,6 +101,9 @@ class _Loop(Route):
 
     async def throttle_poll(self, task: Task) -> None:
         await limits.athrottle_poll(task.owner, task.id, task.poll_interval_ms)
+
+    async def throttle(self, scope: str, owner: str) -> None:
+        await limits.athrottle(scope, owner)
 
     async def create(self, era: Era, answered: Mapping[str, lifecycle.Answer], **fields: Any) -> Task:
         assert era == Era.MODERN and not answered, "the loop takes a modern task tool's plain creation only"
@@ -216,14 +222,14 @@ async def get(
 async def update(route: Route, caller: Caller, params: Mapping[str, Any]) -> None:
     """Answers to a task's questions (``inputResponses``)."""
     task = await task_for(route, caller, params)
-    limits.throttle("update", caller.owner)
+    await route.throttle("update", caller.owner)
     await route.submit_input(task.id, input_responses(params), lifecycle.client_actor(caller.owner))
 
 
 async def cancel(route: Route, caller: Caller, params: Mapping[str, Any], *, reason: str = "") -> Task:
     """Cancel an active task; the task as read before (a finished one is left as it is)."""
     task = await task_for(route, caller, params)
-    limits.throttle("update", caller.owner)
+    await route.throttle("update", caller.owner)
     if not task.is_terminal:
         await route.cancel(task.id, lifecycle.client_actor(caller.owner), reason)
     return task

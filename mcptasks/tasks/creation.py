@@ -119,8 +119,9 @@ async def acreate_task(
     statement on the event loop, in autocommit, then (committed) the same
     signals, then the run's publish through ``dispatch.loop_sender`` (only
     where ``sql.loop_available`` and a loop sender is installed); elsewhere
-    ``create_task`` on a thread. ``None``, having done nothing, near the
-    owner's quota: the caller then takes ``create_task`` on a thread."""
+    ``create_task`` on a thread (``TooManyActiveTasks`` raised as there).
+    ``None``, having done nothing, when the loop's statement finds the owner
+    near the quota: the caller then takes ``create_task`` on a thread."""
     task, actor, detail = _new_task(
         owner, tool_name, arguments, Era.MODERN, client_capabilities, ttl_ms, poll_interval_ms, enqueue=True
     )

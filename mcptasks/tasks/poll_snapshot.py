@@ -53,6 +53,7 @@ from django.dispatch import receiver
 
 from ..conf import settings
 from ..models import TERMINAL_STATUSES, Task, TaskStatus
+from . import sql
 
 logger = logging.getLogger("mcptasks.poll_snapshot")
 
@@ -337,12 +338,11 @@ _snapshots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Snapshot] = wea
 
 def current() -> Snapshot | None:
     """This event loop's snapshot (its listener started), or ``None`` when
-    the setting is off or the task store is not Postgres."""
-    if not settings.POLL_SNAPSHOT:
+    the setting is off or the loop cannot reach the task store itself (not
+    Postgres, or a role to assume that its connections could not take)."""
+    if not settings.POLL_SNAPSHOT or not sql.loop_available():
         return None
     alias = Task.objects.db
-    if connections[alias].vendor != "postgresql":
-        return None
     loop = asyncio.get_running_loop()
     snapshot = _snapshots.get(loop)
     if snapshot is None:

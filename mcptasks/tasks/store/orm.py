@@ -30,16 +30,6 @@ Decide = Callable[[str, Iterable[Any]], tuple[list[str], bool, dict[str, Any]] |
 _CLEAR_LEASE = {"lease_owner": "", "lease_expires_at": None}
 
 
-async def create_on_a_thread(create: Callable[[], Task]) -> Task | None:
-    """``create`` (the whole creation) on a thread; ``None``, having done
-    nothing, when the owner's quota refuses it (the caller's thread path
-    answers the refusal)."""
-    try:
-        return await on_a_thread(create)
-    except quota.TooManyActiveTasks:
-        return None
-
-
 def held(runs: dict[str, str]) -> QuerySet[Task]:
     """The tasks of ``runs`` (worker name -> task id) still ``working`` under their lease."""
     # A worker name is unique to its run, so the two lists pair themselves.
@@ -117,7 +107,7 @@ class Orm:
     async def acreate(
         self, task: Task, actor: str, detail: Mapping[str, Any], create: Callable[[], Task]
     ) -> Task | None:
-        return await create_on_a_thread(create)
+        return await on_a_thread(create)  # the quota's refusal raised, as on a thread
 
     # Reads ---------------------------------------------------------------------
 

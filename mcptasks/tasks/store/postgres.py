@@ -29,7 +29,7 @@ from ..events import (
     announce,
     announce_committed,
 )
-from .orm import Decide, create_on_a_thread
+from .orm import Decide
 
 _COLUMNS = [field.attname for field in Task._meta.concrete_fields]
 #: The columns whose values Django adapts for the driver (JSON wrapped,
@@ -128,9 +128,11 @@ class Postgres:
         """``task_create`` on the event loop, in autocommit, then (committed)
         the same signals, then the run's publish through
         ``dispatch.loop_sender``. ``None``, having done nothing, near the
-        owner's quota (the caller then creates on a thread)."""
+        owner's quota (the caller then creates on a thread); where the loop
+        cannot write, the whole creation on a thread (its quota's refusal
+        raised, as there)."""
         if not sql.loop_available():
-            return await create_on_a_thread(create)
+            return await on_a_thread(create)
         send = dispatch.loop_sender()
         if send is None:
             raise RuntimeError("no runtime installed that sends runs from the event loop")
