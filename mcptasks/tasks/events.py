@@ -182,14 +182,21 @@ def _needs_thread(task: Task) -> bool:
 def send_robustly(signal: Signal, **named: Any) -> None:
     """Send ``signal`` to every receiver once; a receiver's error is logged
     and does not stop the others (nor undo, nor repeat, what committed)."""
+    task_id = named.get("task_id") or getattr(named.get("task"), "id", None)
     for receiver, outcome in signal.send_robust(sender=Task, **named):
         if isinstance(outcome, Exception):
-            logger.error(
-                "receiver %s failed after a committed change",
-                _receiver_name(receiver),
-                exc_info=(type(outcome), outcome, outcome.__traceback__),
-                extra={"task_id": named.get("task_id") or getattr(named.get("task"), "id", None)},
-            )
+            _log_failure(receiver, outcome, task_id)
+
+
+def _log_failure(receiver: Any, exc: BaseException, task_id: str | None) -> None:
+    """A receiver's or publisher's error, after a committed change: logged,
+    and the others still run."""
+    logger.error(
+        "receiver %s failed after a committed change",
+        _receiver_name(receiver),
+        exc_info=(type(exc), exc, exc.__traceback__),
+        extra={"task_id": task_id},
+    )
 
 
 def _receiver_name(receiver: Any) -> str:
@@ -228,11 +235,11 @@ def _send(
         "progress": progress,
     }
     send_robustly(signals.task_changed, **named)
-    for publish, _needs in _publishers:
+    for publish, _ in _publishers:
         try:
             publish(sender=Task, **named)
-        except Exception:  # as a receiver's: logged, and the change stays committed
-            logger.exception("publisher %s failed after a committed change", _receiver_name(publish))
+        except Exception as exc:  # as a receiver's: logged, and the change stays committed
+            _log_failure(publish, exc, task_id)
 
 
 def record_event(
