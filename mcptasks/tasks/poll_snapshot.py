@@ -13,7 +13,7 @@ import logging
 import secrets
 import weakref
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -31,28 +31,24 @@ logger = logging.getLogger("mcptasks.poll_snapshot")
 CHANNEL = "mcptasks_task"
 #: How long a poll waits for its fence before it reads the database instead.
 FENCE_TIMEOUT_SECONDS = 1.0
-#: The snapshot's connections as ``pg_stat_activity`` names them.
 APPLICATION_NAME = "mcptasks poll snapshot"
 RECONNECT_SECONDS = 0.5
 
-Reader = Callable[[str, str], Awaitable[Task | None]]
 
-
-@dataclass(frozen=True)
+@dataclass
 class Stats:
     """What the snapshot did, for tests and the bench."""
 
-    served: int
-    read: int
-    fences: int
-    invalidated: int
-    flushes: int
-    marked: int
+    served: int = 0
+    read: int = 0
+    fences: int = 0
+    invalidated: int = 0
+    flushes: int = 0
+    marked: int = 0
 
 
 class Snapshot:
-    """The poll answers of one event loop, and the listener that keeps them
-    true. Everything runs on that loop, so no step needs a lock."""
+    """The poll answers of one event loop and the listener that keeps them true (all on that loop: no locks)."""
 
     def __init__(self, alias: str, capacity: int) -> None:
         connection = connections[alias]
@@ -82,14 +78,13 @@ class Snapshot:
         self.seen: dict[str, None] = {}
         self.marked: dict[str, None] = {}
         self.marking: dict[str, asyncio.Future[bool]] = {}
-        self.counts = dict.fromkeys((field.name for field in fields(Stats)), 0)
+        self.counts = Stats()
 
     def cached(self, task_id: str, owner: str) -> Task | None:
         row = self.rows.get(task_id)
         return row if row is not None and row.owner == owner else None
 
-    def token(self) -> int:
-        """Taken before a database read; :meth:`store` needs it."""
+    def token(self) -> int:  # taken before a database read, for :meth:`store`
         return self.applied
 
     def store(self, task: Task, token: int) -> bool:
@@ -106,7 +101,7 @@ class Snapshot:
     def invalidate(self, task_id: str) -> None:
         """A committed change of ``task_id`` (in commit order)."""
         self.applied += 1
-        self.counts["invalidated"] += 1
+        self.counts.invalidated += 1
         self.rows.pop(task_id, None)
         self.invalidated_at[task_id] = self.applied
         if len(self.invalidated_at) > 4 * self.capacity:
@@ -116,7 +111,7 @@ class Snapshot:
     def flush(self) -> None:
         """Forget everything, and refuse rows whose read began before now."""
         self.applied += 1
-        self.counts["flushes"] += 1
+        self.counts.flushes += 1
         self.rows.clear()
         self.invalidated_at.clear()
         self.floor = self.applied
@@ -126,7 +121,7 @@ class Snapshot:
         applied; ``False`` if that cannot be known (listener down, timeout)."""
         if not self.up:
             return False
-        self.counts["fences"] += 1
+        self.counts.fences += 1
         batch = self.next_batch
         if batch is None:
             batch = self.next_batch = asyncio.get_running_loop().create_future()
@@ -154,7 +149,7 @@ class Snapshot:
     async def _mark(self, task_id: str) -> bool:
         if not await self._send(self.mark_sql, [task_id], "mark a task"):
             return False
-        self.counts["marked"] += 1
+        self.counts.marked += 1
         _remember(self.marked, task_id, 4 * self.capacity)
         return True
 
@@ -173,11 +168,6 @@ class Snapshot:
             self.sender_conn = None
             return False
         return True
-
-    def start(self) -> None:
-        """Start listening, once (lazily, on the first poll)."""
-        if self.listener is None or self.listener.done():
-            self.listener = asyncio.ensure_future(self._listen())
 
     async def _listen(self) -> None:
         import psycopg
@@ -230,19 +220,15 @@ class Snapshot:
                 work.cancel()
         for conn in [*self.connections, self.sender_conn]:
             _close(conn)
-        self.connections.clear()
-        self.sender_conn = None
 
     def stats(self) -> Stats:
-        return Stats(**self.counts)
+        return replace(self.counts)
 
 
 def _keepable(task: Task) -> bool:
-    """Working tasks (served behind a fence) and finished ones whose outcome
-    was read once (the first read writes its audit mark and event)."""
-    if task.status == TaskStatus.WORKING:
-        return True
-    return task.status in TERMINAL_STATUSES and task.outcome_read_at is not None
+    # Working tasks (served behind a fence); finished ones once their outcome's first read wrote its mark.
+    finished = task.status in TERMINAL_STATUSES and task.outcome_read_at is not None
+    return task.status == TaskStatus.WORKING or finished
 
 
 def _remember(ids: dict[str, None], task_id: str, most: int) -> None:
@@ -267,8 +253,7 @@ _snapshots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Snapshot] = wea
 
 
 def current() -> Snapshot | None:
-    """This event loop's snapshot (its listener started), or ``None`` when the
-    setting is off or the loop cannot reach the task store (``sql.loop_available``)."""
+    """This event loop's snapshot, or ``None`` (setting off, or not ``sql.loop_available``)."""
     if not settings.POLL_SNAPSHOT or not sql.loop_available():
         return None
     loop = asyncio.get_running_loop()
@@ -277,13 +262,12 @@ def current() -> Snapshot | None:
         for other in [other for other in list(_snapshots) if other.is_closed()]:
             _snapshots.pop(other).close()  # a loop that ended (tests run one per request)
         snapshot = _snapshots[loop] = Snapshot(Task.objects.db, settings.POLL_SNAPSHOT_TASKS)
-        snapshot.start()
+        snapshot.listener = asyncio.ensure_future(snapshot._listen())
     return snapshot
 
 
-async def lookup(task_id: str, owner: str, read: Reader) -> Task | None:
-    """The owner's task as ``read(task_id, owner)`` would give it now,
-    from the snapshot when that is sound, else read (and kept if it may be)."""
+async def lookup(task_id: str, owner: str, read: Callable[[str, str], Awaitable[Task | None]]) -> Task | None:
+    """The owner's task as ``read(task_id, owner)`` would give it now: from the snapshot when sound, else read."""
     snapshot = current()
     if snapshot is None:
         return await read(task_id, owner)
@@ -293,12 +277,12 @@ async def lookup(task_id: str, owner: str, read: Reader) -> Task | None:
     elif row is not None and row.ttl_ms is not None:
         row = row if datetime.now(UTC) < row.created_at + timedelta(milliseconds=row.ttl_ms) else None
     if row is not None:
-        snapshot.counts["served"] += 1
+        snapshot.counts.served += 1
         return row
     marked = task_id in snapshot.marked  # before the read: then its row may be kept
     token = snapshot.token()
     task = await read(task_id, owner)
-    snapshot.counts["read"] += 1
+    snapshot.counts.read += 1
     if task is not None and snapshot.up and _keepable(task):
         if marked:
             snapshot.store(task, token)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from ..models import ACTIVE_STATUSES, TaskStatus
@@ -17,7 +18,6 @@ from ..tools.context import validate_input_response
 from ..tools.results import is_tool_error
 from .events import worker_actor
 from .store import backend
-from .store.orm import Decide
 
 #: The status rule: the statuses each status may move to (a terminal status has no entry).
 MOVES: Mapping[str, frozenset[str]] = {
@@ -119,27 +119,25 @@ def submit_input(task_id: str, responses: Mapping[str, Any], *, actor: str) -> l
     """Record answers to pending requests, at most once each, all or nothing
     (-32602 for one malformed); resume the task when none is left. Returns the
     keys accepted (unknown, answered or withdrawn keys are ignored)."""
-    return backend().submit_input(task_id, responses, actor=actor, decide=_decider(responses))
+    return backend().submit_input(task_id, responses, actor=actor, decide=partial(_decide, responses))
 
 
 async def asubmit_input(task_id: str, responses: Mapping[str, Any], *, actor: str) -> list[str]:
-    return await backend().asubmit_input(task_id, responses, actor=actor, decide=_decider(responses))
+    return await backend().asubmit_input(task_id, responses, actor=actor, decide=partial(_decide, responses))
 
 
-def _decider(responses: Mapping[str, Any]) -> Decide:
+def _decide(
+    responses: Mapping[str, Any], status: str, rows: Iterable[Any]
+) -> tuple[list[str], bool, dict[str, Any]] | None:
     """Under the task's lock, given its status and pending questions (key,
     method, params): the keys accepted, whether it resumes, and the questions;
     ``None`` when nothing is to be written."""
-
-    def decide(status: str, rows: Iterable[Any]) -> tuple[list[str], bool, dict[str, Any]] | None:
-        if status not in ACTIVE_STATUSES:
-            return None
-        pending = {key: {"method": method, "params": params} for key, method, params in rows}
-        accepted = [key for key in pending if key in responses]
-        for key in accepted:
-            validate_input_response(pending[key]["method"], key, responses[key])
-        if not accepted:
-            return None
-        return accepted, may_move(status, TaskStatus.WORKING) and len(accepted) == len(pending), pending
-
-    return decide
+    if status not in ACTIVE_STATUSES:
+        return None
+    pending = {key: {"method": method, "params": params} for key, method, params in rows}
+    accepted = [key for key in pending if key in responses]
+    for key in accepted:
+        validate_input_response(pending[key]["method"], key, responses[key])
+    if not accepted:
+        return None
+    return accepted, may_move(status, TaskStatus.WORKING) and len(accepted) == len(pending), pending
