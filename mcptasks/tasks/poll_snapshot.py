@@ -160,7 +160,6 @@ class Snapshot:
         try:
             if self.sender_conn is None or self.sender_conn.closed:
                 self.sender_conn = await psycopg.AsyncConnection.connect(**self.params)
-                self.connections.append(self.sender_conn)
             await self.sender_conn.execute(statement, params)
         except psycopg.Error:
             logger.warning("the poll snapshot could not %s", doing, exc_info=True)

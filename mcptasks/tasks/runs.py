@@ -1,5 +1,5 @@
-"""A worker's runs: claims, heartbeats, status messages, release, retries and
-slot waits, each written by the process's store (``store.backend()``)."""
+"""A worker's runs: claims, heartbeats, status messages, release and retries,
+each written by the process's store (``store.backend()``)."""
 
 from __future__ import annotations
 
@@ -93,10 +93,3 @@ def schedule_retry(task_id: str, *, worker: str, attempt: int, delay: float, err
     return backend().schedule_retry(
         task_id, worker=worker, actor=worker_actor(worker), now=now, due=due, message=message, detail=detail
     )
-
-
-def wait_for_slot(task_id: str, *, delay: float, message: str) -> bool:
-    """Every slot of the task's tool is held: the unclaimed task stays ``working``,
-    due again in ``delay`` seconds; ``False`` when it is no longer waiting to run."""
-    now = timezone.now()
-    return backend().wait_for_slot(task_id, now=now, due=now + timedelta(seconds=delay), message=message)
