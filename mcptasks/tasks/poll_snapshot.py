@@ -74,7 +74,7 @@ class Snapshot:
         self.sender_conn: Any = None
         self.listener: asyncio.Task[None] | None = None
         self.connections: list[Any] = []
-        # Tasks polled once here, and tasks this process marked watched.
+        # Tasks polled once here and tasks marked watched (bounded: forgetting one costs a poll or a mark again).
         self.seen: dict[str, None] = {}
         self.marked: dict[str, None] = {}
         self.marking: dict[str, asyncio.Future[bool]] = {}
@@ -92,10 +92,7 @@ class Snapshot:
         since its read began (at ``token``)."""
         if not self.up or token < self.floor or self.invalidated_at.get(task.id, -1) > token or not _keepable(task):
             return False
-        self.rows.pop(task.id, None)
-        self.rows[task.id] = task  # last in insertion order: evicted last
-        while len(self.rows) > self.capacity:
-            self.rows.pop(next(iter(self.rows)))
+        _remember(self.rows, task.id, task, self.capacity)
         return True
 
     def invalidate(self, task_id: str) -> None:
@@ -138,7 +135,7 @@ class Snapshot:
         if task_id in self.marked:
             return
         if task_id not in self.seen:
-            _remember(self.seen, task_id, 4 * self.capacity)
+            _remember(self.seen, task_id, None, 4 * self.capacity)
             return
         marking = self.marking.get(task_id)
         if marking is None:
@@ -150,11 +147,10 @@ class Snapshot:
         if not await self._send(self.mark_sql, [task_id], "mark a task"):
             return False
         self.counts.marked += 1
-        _remember(self.marked, task_id, 4 * self.capacity)
+        _remember(self.marked, task_id, None, 4 * self.capacity)
         return True
 
     async def _send(self, statement: str, params: list[str], doing: str) -> bool:
-        """Run one statement on the sender's connection (opened as needed)."""
         import psycopg
 
         try:
@@ -230,11 +226,12 @@ def _keepable(task: Task) -> bool:
     return task.status == TaskStatus.WORKING or finished
 
 
-def _remember(ids: dict[str, None], task_id: str, most: int) -> None:
-    """Add ``task_id``, forgetting the oldest past ``most`` (that only costs a poll or a mark again)."""
-    ids[task_id] = None
-    if len(ids) > most:
-        ids.pop(next(iter(ids)))
+def _remember(kept: dict[str, Any], key: str, value: Any, most: int) -> None:
+    """Keep ``key`` last in order (evicted last), forgetting the oldest past ``most``."""
+    kept.pop(key, None)
+    kept[key] = value
+    if len(kept) > most:
+        kept.pop(next(iter(kept)))
 
 
 def _settle(waiting: asyncio.Future[bool] | None, result: bool) -> None:
@@ -291,7 +288,6 @@ async def lookup(task_id: str, owner: str, read: Callable[[str, str], Awaitable[
 
 
 def stats() -> Stats | None:
-    """This event loop's snapshot counts, if it has a snapshot."""
     snapshot = _snapshots.get(asyncio.get_running_loop())
     return snapshot.stats() if snapshot is not None else None
 

@@ -31,7 +31,6 @@ LOOKUP_FIELDS = (
 
 
 def lookup(task_id: str, owner: str) -> Task | None:
-    """The owner's task with the fields of a DetailedTask, or ``None``."""
     return backend().lookup(task_id, owner, LOOKUP_FIELDS)
 
 

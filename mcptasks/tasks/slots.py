@@ -3,11 +3,12 @@ every worker of the site, decided by the database.
 
 A tool with a limit has that many ``ToolSlot`` rows. A run takes a free one
 before it claims its task (``take``; with none free, the task waits:
-``wait_for_slot``) and gives it back when it ends (``free``); while it runs, the lease monitor renews the slot with the lease
-(``renew``), so the slot of a killed worker comes free when its lease would
-have lapsed. The process's store writes each step (``store.backend()``: on
-Postgres the ``slot_*`` statements of queries.sql; elsewhere a
-compare-and-set on the slot row).
+``wait_for_slot``) and gives it back when it ends (``free``); while it
+runs, the lease monitor renews the slot with the lease (``renew``), so the
+slot of a killed worker comes free when its lease would have lapsed. The
+process's store writes each step (``store.backend()``: on Postgres the
+``slot_*`` statements of queries.sql; elsewhere a compare-and-set on the
+slot row).
 """
 
 from __future__ import annotations
