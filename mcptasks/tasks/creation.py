@@ -1,10 +1,5 @@
-"""Creating a task, within the per-owner quota of active tasks.
-
-The process's store (``store.backend()``) counts the task in its owner's
-quota (``quota``) and inserts it, the answers it was created with and its
-``created`` event: on Postgres one statement (``task_create``), elsewhere
-the ORM in a transaction.
-"""
+"""Creating a task within its owner's quota of active tasks: the process's
+store counts it, inserts it, its answers and its ``created`` event in one step."""
 
 from __future__ import annotations
 
@@ -22,14 +17,10 @@ from ..telemetry import metrics, tracing
 from .dispatch import enqueue_after_commit
 from .events import EventKind, announce, client_actor, send_created
 from .store import backend
-from .store.postgres import column_params
-
-__all__ = ["Answer", "acreate_task", "clamp_ttl", "column_params", "create_task"]
 
 
 def clamp_ttl(requested_ms: int | None, tool_default_ms: int | None = None) -> int:
-    """The TTL a new task gets: the request's (or the tool's, or the site's)
-    default, never above ``MAX_TTL_MS``."""
+    """The request's TTL, else the tool's, else the site's default; never above ``MAX_TTL_MS``."""
     ttl = requested_ms if requested_ms is not None else tool_default_ms
     if ttl is None:
         ttl = settings.DEFAULT_TTL_MS
@@ -57,11 +48,7 @@ def create_task(
     answered: Mapping[str, Answer] | None = None,
     enqueue: bool = True,
 ) -> Task:
-    """Insert a ``working`` task and enqueue its run after commit.
-
-    Runs in its own transaction (or the caller's): the caller may hand out the
-    id as soon as this returns outside any enclosing atomic block.
-    """
+    """Insert a ``working`` task (in its own transaction, or the caller's) and enqueue its run after commit."""
     task, actor, detail = _new_task(
         owner, tool_name, arguments, era, client_capabilities, ttl_ms, poll_interval_ms, enqueue=enqueue
     )
@@ -115,25 +102,16 @@ async def acreate_task(
     ttl_ms: int | None = None,
     poll_interval_ms: int | None = None,
 ) -> Task | None:
-    """``create_task`` of a modern-era task, awaited: on Postgres the same
-    statement on the event loop, in autocommit, then (committed) the same
-    signals, then the run's publish through ``dispatch.loop_sender`` (only
-    where ``sql.loop_available`` and a loop sender is installed); elsewhere
-    ``create_task`` on a thread (``TooManyActiveTasks`` raised as there).
-    ``None``, having done nothing, when the loop's statement finds the owner
-    near the quota: the caller then takes ``create_task`` on a thread."""
-    task, actor, detail = _new_task(
-        owner, tool_name, arguments, Era.MODERN, client_capabilities, ttl_ms, poll_interval_ms, enqueue=True
-    )
-
-    def create() -> Task:
-        return create_task(
-            owner=owner,
-            tool_name=tool_name,
-            arguments=arguments,
-            client_capabilities=client_capabilities,
-            ttl_ms=ttl_ms,
-            poll_interval_ms=poll_interval_ms,
-        )
-
-    return await backend().acreate(task, actor, detail, create)
+    """``create_task`` of a modern-era task on the event loop (the store's
+    ``acreate``); ``None``, having done nothing, near the owner's quota: the
+    caller then takes ``create_task`` on a thread."""
+    fields: dict[str, Any] = {
+        "owner": owner,
+        "tool_name": tool_name,
+        "arguments": arguments,
+        "client_capabilities": client_capabilities,
+        "ttl_ms": ttl_ms,
+        "poll_interval_ms": poll_interval_ms,
+    }
+    task, actor, detail = _new_task(era=Era.MODERN, enqueue=True, **fields)
+    return await backend().acreate(task, actor, detail, lambda: create_task(**fields))

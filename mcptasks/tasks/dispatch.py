@@ -1,10 +1,8 @@
 """The seam through which a task's run leaves the domain for a worker.
 
-The domain asks for a run with ``enqueue_run(task_id, tool_name)`` after
-commit; it never imports the worker. The tool's controls give the run's
-route: its queue and the limit at which a prefork worker kills it. The runtime that can send runs (Celery, in
-``mcptasks.worker.dispatch``) installs itself here when the app is ready,
-the same way notification publishing connects to ``mcptasks.signals``.
+The domain asks for a run with ``enqueue_run`` after commit and never imports
+the worker: the runtime that sends runs (Celery, ``mcptasks.worker.dispatch``)
+installs itself here when the app is ready.
 """
 
 from __future__ import annotations
@@ -29,9 +27,7 @@ class Route:
 
     #: The Celery queue (``None``: Celery's default queue).
     queue: str | None = None
-    #: Celery's hard time limit for the message: the kill of a prefork
-    #: process whose run outlived its tool's ``time_limit`` (whose outcome
-    #: the run's own process has written by then).
+    #: Celery's hard time limit: it kills a prefork process whose run outlived its tool's ``time_limit``.
     kill_after: float | None = None
     #: Seconds before the run is due (a retry's backoff).
     countdown: float | None = None
@@ -45,8 +41,6 @@ def route(tool_name: str, *, countdown: float | None = None) -> Route:
 
 #: Sends one run of the task; returns whether the message was published.
 Sender = Callable[[str, Route], bool]
-
-#: The same on the event loop.
 LoopSender = Callable[[str, Route], Awaitable[bool]]
 
 _sender: Sender | None = None
@@ -63,15 +57,13 @@ def install(sender: Sender, loop_sender: Callable[[], LoopSender | None] | None 
 
 
 def loop_sender() -> LoopSender | None:
-    """How to send a run from the event loop, or ``None`` (runs are sent
-    from threads only: creation then takes the thread path)."""
+    """How to send a run from the event loop, or ``None`` (creation then takes the thread path)."""
     return _loop_sender() if _loop_sender is not None else None
 
 
 def enqueue_run(task_id: str, tool_name: str | None = None, *, countdown: float | None = None) -> bool:
-    """Send a run of ``task_id`` (of the tool ``tool_name``, read from its
-    row when not given) to its tool's queue. ``False`` when it could not be
-    sent: the row is durable, and the sweeper re-enqueues it later."""
+    """Send a run of ``task_id`` (its tool read from its row if not given) to
+    its tool's queue. ``False`` if not sent: the sweeper re-enqueues it later."""
     if task_id in _runs_here:
         return True
     if _sender is None:
@@ -85,11 +77,8 @@ def enqueue_run(task_id: str, tool_name: str | None = None, *, countdown: float 
 
 
 def send_on_thread(task_id: str, route: Route) -> bool:
-    """The installed thread sender itself (the loop's sender falls back to
-    it, on a thread, for a route its template cannot follow)."""
-    if _sender is None:
-        return False
-    return _sender(task_id, route)
+    """The installed thread sender itself (the loop's sender's fallback)."""
+    return _sender is not None and _sender(task_id, route)
 
 
 def enqueue_after_commit(task_id: str, tool_name: str | None = None, *, countdown: float | None = None) -> None:
@@ -98,8 +87,7 @@ def enqueue_after_commit(task_id: str, tool_name: str | None = None, *, countdow
 
 @contextmanager
 def runs_here(task_id: str) -> Iterator[None]:
-    """Within the block, a run of ``task_id`` is not sent to a worker: the
-    caller makes it in this process (``mcptasks.testing``)."""
+    """Within the block, a run of ``task_id`` is not sent: the caller makes it in this process."""
     _runs_here.add(task_id)
     try:
         yield

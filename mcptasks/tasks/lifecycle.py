@@ -28,13 +28,12 @@ from .runs import (
     set_status_message,
     start_run,
     tool_retries,
-    wait_for_slot,
 )
 from .slots import free as free_slot
 from .slots import held as slots_held
 from .slots import renew as renew_slots
 from .slots import take as take_slot
-from .slots import tool_name_of
+from .slots import tool_name_of, wait_for_slot
 from .transitions import acancel, asubmit_input, cancel, complete, fail, finish_run, request_input, submit_input
 
 __all__ = [

@@ -1,38 +1,8 @@
 """Polls of unchanged tasks answered without a database read (Postgres).
 
-Each event loop (one per web process) keeps the task rows its polls last
-read, and drops a row as soon as Postgres says it changed: a trigger on the
-task table (migration 0010) runs ``pg_notify`` on ``CHANNEL`` with the task id
-whenever a column the poll reads changes, or the row is deleted. NOTIFY is
-delivered at commit and in commit order, so one listening connection per loop
-sees every change in the order it became true; the Channels layer may drop
-messages and could not serve here.
-
-When a row may be served (see docs/architecture.md, "Polls from the
-snapshot", for the argument):
-
-- never while the listener is down (a notification may have been missed);
-  every (re)connect empties the snapshot before anything is served again;
-- a finished task whose outcome was already read once: it cannot change until
-  it expires, so it is served until then with no wait;
-- a working task only after a *fence*: the poll waits for a marker the
-  listener sends itself (a NOTIFY on its own channel, one for all the polls
-  that arrived while it was being prepared). Its arrival proves that every
-  change committed before the poll arrived has been applied, so a row still
-  here is not older than any change the caller could have seen;
-- a row read from the database is kept only if no notification for its task
-  was applied after the read began (``token`` / ``store``), so a row read just
-  before a change never outlives the change's notification;
-- the trigger notifies only for tasks marked ``snapshot_watched``, since a
-  commit that notifies waits for Postgres's one notification lock. A task is
-  marked when its second poll in this process reads a row that may be kept,
-  and only rows read after the mark committed are kept: tasks polled once,
-  or twice with the second poll reading their outcome the first time (most
-  of a busy site's), stay silent.
-
-Rows are keyed by task id and answer only their owner: another caller's poll
-misses and reads the database, which finds nothing of theirs, as today. The
-caller's identity check is left to the caller of :func:`lookup`, unchanged.
+Each event loop keeps the task rows its polls last read and drops one when a
+trigger (migration 0010) notifies ``CHANNEL`` of a change to it. When a row may
+be served, and why that is sound: docs/architecture.md, "Polls from the snapshot".
 """
 
 from __future__ import annotations
@@ -43,7 +13,7 @@ import logging
 import secrets
 import weakref
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -61,45 +31,41 @@ logger = logging.getLogger("mcptasks.poll_snapshot")
 CHANNEL = "mcptasks_task"
 #: How long a poll waits for its fence before it reads the database instead.
 FENCE_TIMEOUT_SECONDS = 1.0
-#: The snapshot's connections as ``pg_stat_activity`` names them.
 APPLICATION_NAME = "mcptasks poll snapshot"
-#: Pause before the listener connects again after losing its connection.
 RECONNECT_SECONDS = 0.5
 
-Reader = Callable[[str, str], Awaitable[Task | None]]
 
-
-@dataclass(frozen=True)
+@dataclass
 class Stats:
     """What the snapshot did, for tests and the bench."""
 
-    served: int
-    read: int
-    fences: int
-    invalidated: int
-    flushes: int
-    marked: int
+    served: int = 0
+    read: int = 0
+    fences: int = 0
+    invalidated: int = 0
+    flushes: int = 0
+    marked: int = 0
 
 
 class Snapshot:
-    """The poll answers of one event loop, and the listener that keeps them
-    true. Everything runs on that loop, so no step needs a lock."""
+    """The poll answers of one event loop and the listener that keeps them true (all on that loop: no locks)."""
 
     def __init__(self, alias: str, capacity: int) -> None:
         connection = connections[alias]
         params = connection.get_connection_params()
         params.pop("cursor_factory", None)  # Django's is synchronous
-        self.params = {**params, "application_name": APPLICATION_NAME}
+        self.params = {**params, "application_name": APPLICATION_NAME, "autocommit": True}
+        table = connection.ops.quote_name(Task._meta.db_table)
+        self.mark_sql = f"UPDATE {table} SET snapshot_watched = true WHERE id = %s AND NOT snapshot_watched"
         self.capacity = max(1, capacity)
         self.sync_channel = f"mcptasks_sync_{secrets.token_hex(8)}"
         self.rows: dict[str, Task] = {}
         self.up = False
         # Notifications applied so far; a read's token is this count when it began.
         self.applied = 0
-        # Per task id, the count at its last invalidation (bounded; see ``_forget``).
+        # Per task id, the count at its last invalidation (bounded).
         self.invalidated_at: dict[str, int] = {}
-        # Rows read with a token below this may not be kept (after a flush, or
-        # after ``invalidated_at`` was pruned).
+        # Rows read with a token below this may not be kept (after a flush, or a prune of ``invalidated_at``).
         self.floor = 0
         self.next_batch: asyncio.Future[bool] | None = None
         self.markers: dict[str, asyncio.Future[bool]] = {}
@@ -108,49 +74,41 @@ class Snapshot:
         self.sender_conn: Any = None
         self.listener: asyncio.Task[None] | None = None
         self.connections: list[Any] = []
-        # Tasks polled once here, and tasks this process marked watched.
+        # Tasks polled once here and tasks marked watched (bounded: forgetting one costs a poll or a mark again).
         self.seen: dict[str, None] = {}
         self.marked: dict[str, None] = {}
         self.marking: dict[str, asyncio.Future[bool]] = {}
-        self.counts = {"served": 0, "read": 0, "fences": 0, "invalidated": 0, "flushes": 0, "marked": 0}
-
-    # The narrow API: lookup, store, invalidate, fence ---------------------------------
+        self.counts = Stats()
 
     def cached(self, task_id: str, owner: str) -> Task | None:
-        """The kept row of ``task_id`` if it belongs to ``owner``."""
         row = self.rows.get(task_id)
         return row if row is not None and row.owner == owner else None
 
-    def token(self) -> int:
-        """Taken before a database read; :meth:`store` needs it."""
+    def token(self) -> int:  # taken before a database read, for :meth:`store`
         return self.applied
 
     def store(self, task: Task, token: int) -> bool:
-        """Keep ``task`` (read after ``token`` was taken) if it may be served
-        later and no change of it was applied since the read began."""
-        if not self.up or token < self.floor or self.invalidated_at.get(task.id, -1) > token:
+        """Keep ``task`` if it may be served and no change of it was applied
+        since its read began (at ``token``)."""
+        if not self.up or token < self.floor or self.invalidated_at.get(task.id, -1) > token or not _keepable(task):
             return False
-        if not _keepable(task):
-            return False
-        self.rows.pop(task.id, None)
-        self.rows[task.id] = task  # last in insertion order: evicted last
-        while len(self.rows) > self.capacity:
-            self.rows.pop(next(iter(self.rows)))
+        _remember(self.rows, task.id, task, self.capacity)
         return True
 
     def invalidate(self, task_id: str) -> None:
         """A committed change of ``task_id`` (in commit order)."""
         self.applied += 1
-        self.counts["invalidated"] += 1
+        self.counts.invalidated += 1
         self.rows.pop(task_id, None)
         self.invalidated_at[task_id] = self.applied
         if len(self.invalidated_at) > 4 * self.capacity:
-            self._forget()
+            self.invalidated_at.clear()
+            self.floor = self.applied
 
     def flush(self) -> None:
         """Forget everything, and refuse rows whose read began before now."""
         self.applied += 1
-        self.counts["flushes"] += 1
+        self.counts.flushes += 1
         self.rows.clear()
         self.invalidated_at.clear()
         self.floor = self.applied
@@ -160,7 +118,7 @@ class Snapshot:
         applied; ``False`` if that cannot be known (listener down, timeout)."""
         if not self.up:
             return False
-        self.counts["fences"] += 1
+        self.counts.fences += 1
         batch = self.next_batch
         if batch is None:
             batch = self.next_batch = asyncio.get_running_loop().create_future()
@@ -172,14 +130,12 @@ class Snapshot:
             return False
 
     async def watch(self, task_id: str) -> None:
-        """After a read found ``task_id``'s row keepable: on its second poll
-        here, mark it watched, so that rows read from then on may be kept
-        (every change committed after the mark notifies). Concurrent polls
-        share one mark."""
+        """On the second poll here of a task whose read was keepable, mark it
+        watched (one mark for concurrent polls): rows read after it may be kept."""
         if task_id in self.marked:
             return
         if task_id not in self.seen:
-            _remember(self.seen, task_id, 4 * self.capacity)
+            _remember(self.seen, task_id, None, 4 * self.capacity)
             return
         marking = self.marking.get(task_id)
         if marking is None:
@@ -188,143 +144,99 @@ class Snapshot:
         await asyncio.shield(marking)
 
     async def _mark(self, task_id: str) -> bool:
+        if not await self._send(self.mark_sql, [task_id], "mark a task"):
+            return False
+        self.counts.marked += 1
+        _remember(self.marked, task_id, None, 4 * self.capacity)
+        return True
+
+    async def _send(self, statement: str, params: list[str], doing: str) -> bool:
         import psycopg
 
         try:
-            conn = await self._sender_connection()
-            await conn.execute(self.mark_sql, [task_id])
+            if self.sender_conn is None or self.sender_conn.closed:
+                self.sender_conn = await psycopg.AsyncConnection.connect(**self.params)
+            await self.sender_conn.execute(statement, params)
         except psycopg.Error:
-            logger.warning("the poll snapshot could not mark a task", exc_info=True)
-            self._drop_sender()
+            logger.warning("the poll snapshot could not %s", doing, exc_info=True)
+            _close(self.sender_conn)
+            self.sender_conn = None
             return False
-        self.counts["marked"] += 1
-        _remember(self.marked, task_id, 4 * self.capacity)
         return True
-
-    @property
-    def mark_sql(self) -> str:
-        table = connections[Task.objects.db].ops.quote_name(Task._meta.db_table)
-        return f"UPDATE {table} SET snapshot_watched = true WHERE id = %s AND NOT snapshot_watched"
-
-    async def _sender_connection(self) -> Any:
-        import psycopg
-
-        if self.sender_conn is None or self.sender_conn.closed:
-            self.sender_conn = await psycopg.AsyncConnection.connect(**self.params, autocommit=True)
-            self.connections.append(self.sender_conn)
-        return self.sender_conn
-
-    def _drop_sender(self) -> None:
-        _close(self.sender_conn)
-        self.sender_conn = None
-
-    # The listener ---------------------------------------------------------------------
-
-    def start(self) -> None:
-        """Start listening, once (lazily, on the first poll)."""
-        if self.listener is None or self.listener.done():
-            self.listener = asyncio.ensure_future(self._listen())
 
     async def _listen(self) -> None:
         import psycopg
 
         while True:
             try:
-                async with await psycopg.AsyncConnection.connect(**self.params, autocommit=True) as conn:
+                async with await psycopg.AsyncConnection.connect(**self.params) as conn:
                     self.connections.append(conn)
                     await conn.execute(f"LISTEN {CHANNEL}")
                     await conn.execute(f"LISTEN {self.sync_channel}")
-                    # Every change from here on will be heard: start afresh.
-                    self.flush()
+                    self.flush()  # every change from here on will be heard: start afresh
                     self.up = True
                     async for note in conn.notifies():
                         if note.channel == CHANNEL:
                             self.invalidate(note.payload)
                         else:
-                            self._marker_arrived(note.payload)
+                            _settle(self.markers.pop(note.payload, None), True)
             except Exception:  # any failure: polls read the database until it is back
                 logger.warning("the poll snapshot lost its listener; polls read the database", exc_info=True)
             finally:
-                self._down()
+                self.up = False
+                self.flush()
+                self.connections.clear()
+                for waiting in [*self.markers.values(), self.next_batch]:
+                    _settle(waiting, False)
+                self.markers.clear()
+                self.next_batch = None
             await asyncio.sleep(RECONNECT_SECONDS)
-
-    def _down(self) -> None:
-        self.up = False
-        self.flush()
-        self.connections.clear()
-        for waiting in [*self.markers.values(), *([self.next_batch] if self.next_batch else [])]:
-            if not waiting.done():
-                waiting.set_result(False)
-        self.markers.clear()
-        self.next_batch = None
 
     async def _send_markers(self) -> None:
         """Send a marker for the polls gathered so far, wait for it, repeat
         while more polls gathered meanwhile (so one marker serves many)."""
-        import psycopg
-
         while self.next_batch is not None and self.up:
             batch, self.next_batch = self.next_batch, None
             self.marker_count += 1
             marker = str(self.marker_count)
             self.markers[marker] = batch
-            try:
-                conn = await self._sender_connection()
-                await conn.execute("SELECT pg_notify(%s, %s)", [self.sync_channel, marker])
-            except psycopg.Error:
-                logger.warning("the poll snapshot could not send its fence", exc_info=True)
+            if not await self._send("SELECT pg_notify(%s, %s)", [self.sync_channel, marker], "send its fence"):
                 self.markers.pop(marker, None)
-                self._drop_sender()
-                if not batch.done():
-                    batch.set_result(False)
+                _settle(batch, False)
                 continue
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(batch), FENCE_TIMEOUT_SECONDS)
 
-    def _marker_arrived(self, marker: str) -> None:
-        batch = self.markers.pop(marker, None)
-        if batch is not None and not batch.done():
-            batch.set_result(True)
-
-    def _forget(self) -> None:
-        """Drop the invalidation marks; reads begun before now may not be kept."""
-        self.invalidated_at.clear()
-        self.floor = self.applied
-
     def close(self) -> None:
-        """Stop listening and close the connections without awaiting (the loop
-        may be gone)."""
+        """Stop listening and close the connections without awaiting (the loop may be gone)."""
         self.up = False
         for work in (self.listener, self.sender):
             if work is not None and not work.done() and not work.get_loop().is_closed():
                 work.cancel()
         for conn in [*self.connections, self.sender_conn]:
             _close(conn)
-        self.connections.clear()
-        self.sender_conn = None
 
     def stats(self) -> Stats:
-        return Stats(**self.counts)
+        return replace(self.counts)
 
 
 def _keepable(task: Task) -> bool:
-    """Working tasks (served behind a fence) and finished ones whose outcome
-    was read once (the first read writes its audit mark and event)."""
-    if task.status == TaskStatus.WORKING:
-        return True
-    return task.status in TERMINAL_STATUSES and task.outcome_read_at is not None
+    # Working tasks (served behind a fence); finished ones once their outcome's first read wrote its mark.
+    finished = task.status in TERMINAL_STATUSES and task.outcome_read_at is not None
+    return task.status == TaskStatus.WORKING or finished
 
 
-def _expired(task: Task, now: datetime) -> bool:
-    return task.ttl_ms is not None and now >= task.created_at + timedelta(milliseconds=task.ttl_ms)
+def _remember(kept: dict[str, Any], key: str, value: Any, most: int) -> None:
+    """Keep ``key`` last in order (evicted last), forgetting the oldest past ``most``."""
+    kept.pop(key, None)
+    kept[key] = value
+    if len(kept) > most:
+        kept.pop(next(iter(kept)))
 
 
-def _remember(ids: dict[str, None], task_id: str, most: int) -> None:
-    """Add ``task_id``, forgetting the oldest past ``most`` (forgetting only
-    costs a poll or a mark again)."""
-    ids[task_id] = None
-    if len(ids) > most:
-        ids.pop(next(iter(ids)))
+def _settle(waiting: asyncio.Future[bool] | None, result: bool) -> None:
+    if waiting is not None and not waiting.done():
+        waiting.set_result(result)
 
 
 def _close(conn: Any) -> None:
@@ -337,42 +249,36 @@ _snapshots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Snapshot] = wea
 
 
 def current() -> Snapshot | None:
-    """This event loop's snapshot (its listener started), or ``None`` when
-    the setting is off or the loop cannot reach the task store itself (not
-    Postgres, or a role to assume that its connections could not take)."""
+    """This event loop's snapshot, or ``None`` (setting off, or not ``sql.loop_available``)."""
     if not settings.POLL_SNAPSHOT or not sql.loop_available():
         return None
-    alias = Task.objects.db
     loop = asyncio.get_running_loop()
     snapshot = _snapshots.get(loop)
     if snapshot is None:
         for other in [other for other in list(_snapshots) if other.is_closed()]:
             _snapshots.pop(other).close()  # a loop that ended (tests run one per request)
-        snapshot = _snapshots[loop] = Snapshot(alias, settings.POLL_SNAPSHOT_TASKS)
-        snapshot.start()
+        snapshot = _snapshots[loop] = Snapshot(Task.objects.db, settings.POLL_SNAPSHOT_TASKS)
+        snapshot.listener = asyncio.ensure_future(snapshot._listen())
     return snapshot
 
 
-async def lookup(task_id: str, owner: str, read: Reader) -> Task | None:
-    """The owner's task as ``read(task_id, owner)`` would give it now,
-    from the snapshot when that is sound, else read (and kept if it may be)."""
+async def lookup(task_id: str, owner: str, read: Callable[[str, str], Awaitable[Task | None]]) -> Task | None:
+    """The owner's task as ``read(task_id, owner)`` would give it now: from the snapshot when sound, else read."""
     snapshot = current()
     if snapshot is None:
         return await read(task_id, owner)
     row = snapshot.cached(task_id, owner)
-    if row is not None and row.status in TERMINAL_STATUSES:
-        if not _expired(row, datetime.now(UTC)):
-            snapshot.counts["served"] += 1
-            return row
-    elif row is not None and await snapshot.fence():
-        row = snapshot.cached(task_id, owner)  # what the fence left is current
-        if row is not None:
-            snapshot.counts["served"] += 1
-            return row
+    if row is not None and row.status not in TERMINAL_STATUSES:
+        row = snapshot.cached(task_id, owner) if await snapshot.fence() else None  # what the fence left is current
+    elif row is not None and row.ttl_ms is not None:
+        row = row if datetime.now(UTC) < row.created_at + timedelta(milliseconds=row.ttl_ms) else None
+    if row is not None:
+        snapshot.counts.served += 1
+        return row
     marked = task_id in snapshot.marked  # before the read: then its row may be kept
     token = snapshot.token()
     task = await read(task_id, owner)
-    snapshot.counts["read"] += 1
+    snapshot.counts.read += 1
     if task is not None and snapshot.up and _keepable(task):
         if marked:
             snapshot.store(task, token)
@@ -382,7 +288,6 @@ async def lookup(task_id: str, owner: str, read: Reader) -> Task | None:
 
 
 def stats() -> Stats | None:
-    """This event loop's snapshot counts, if it has a snapshot."""
     snapshot = _snapshots.get(asyncio.get_running_loop())
     return snapshot.stats() if snapshot is not None else None
 

@@ -2,12 +2,13 @@
 every worker of the site, decided by the database.
 
 A tool with a limit has that many ``ToolSlot`` rows. A run takes a free one
-before it claims its task (``take``) and gives it back when it ends
-(``free``); while it runs, the lease monitor renews the slot with the lease
-(``renew``), so the slot of a killed worker comes free when its lease would
-have lapsed. The process's store writes each step (``store.backend()``: on
-Postgres the ``slot_*`` statements of queries.sql; elsewhere a
-compare-and-set on the slot row).
+before it claims its task (``take``; with none free, the task waits:
+``wait_for_slot``) and gives it back when it ends (``free``); while it
+runs, the lease monitor renews the slot with the lease (``renew``), so the
+slot of a killed worker comes free when its lease would have lapsed. The
+process's store writes each step (``store.backend()``: on Postgres the
+``slot_*`` statements of queries.sql; elsewhere a compare-and-set on the
+slot row).
 """
 
 from __future__ import annotations
@@ -37,6 +38,13 @@ def renew(workers: Iterable[str]) -> None:
         return
     lease = timezone.now() + timedelta(seconds=settings.LEASE_SECONDS)
     backend().renew_slots(held, lease)
+
+
+def wait_for_slot(task_id: str, *, delay: float, message: str) -> bool:
+    """Every slot of the task's tool is held: the unclaimed task stays ``working``,
+    due again in ``delay`` seconds; ``False`` when it is no longer waiting to run."""
+    now = timezone.now()
+    return backend().wait_for_slot(task_id, now=now, due=now + timedelta(seconds=delay), message=message)
 
 
 def free(worker: str) -> None:
