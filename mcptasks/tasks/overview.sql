@@ -1,4 +1,4 @@
--- The admin's statements (``tasks/overview.py``, ``admin.py``), loaded with ``queries.sql``.
+-- The admin's statements (``tasks/overview.py``, ``admin.py``); loaded with ``queries.sql``, in its conventions.
 
 -- name: table_size_estimate
 -- The planner's estimate of a table's rows (-1: never analyzed).

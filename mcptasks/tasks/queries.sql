@@ -1,7 +1,7 @@
--- The raw statements of mcptasks (Postgres), by name, run by ``tasks/sql.py``. Every value
--- is a named parameter, statuses and kinds included. Rows come back with their columns named,
--- never ``*``: a prepared ``*`` breaks once a migration adds a column. The count slots
--- (``*_kept``, ``*_added``) take an owner's slot no transaction holds, or add one: never waiting.
+-- The raw statements of mcptasks (Postgres), by name, run by ``tasks/sql.py``. Every value is a
+-- named parameter, each status, state and event kind under its own name. Rows come back with their columns named, never
+-- ``*`` (prepared, it breaks once a migration adds a column; ``TABLE cte`` returns the CTE's list).
+-- Count slots (``*_kept``, ``*_added``) take an owner's slot no one holds, or add one: never waiting.
 
 -- name: task_lookup
 -- The owner's task, with the columns a DetailedTask needs.
@@ -25,7 +25,7 @@ WITH found AS (
     RETURNING id, status, outcome_read_at
 ), recorded AS (
     INSERT INTO mcptasks_taskevent (task_id, at, kind, from_status, to_status, actor, detail)
-    SELECT id, outcome_read_at, %(kind)s, '', '', %(actor)s, jsonb_build_object('status', status)
+    SELECT id, outcome_read_at, %(result_retrieved)s, '', '', %(actor)s, jsonb_build_object('status', status)
     FROM marked
 )
 SELECT found.id, found.owner, found.tool_name, found.era, found.status, found.status_message,
@@ -85,7 +85,7 @@ WITH total AS (
     FROM created, jsonb_each(%(answers)s::jsonb) AS answer
 )
 INSERT INTO mcptasks_taskevent (task_id, at, kind, from_status, to_status, actor, detail)
-SELECT id, %(created_at)s, %(kind)s, '', %(status)s, %(actor)s, %(detail)s FROM created;
+SELECT id, %(created_at)s, %(created)s, '', %(status)s, %(actor)s, %(detail)s FROM created;
 
 -- name: run_claim
 -- A worker leases a working task with no live lease, records ``run_started``, reads its answers.
@@ -101,7 +101,7 @@ WITH claimed AS (
               started_at, finished_at, snapshot_watched, trace_context, tool_error
 ), started AS (
     INSERT INTO mcptasks_taskevent (task_id, at, kind, from_status, to_status, actor, detail)
-    SELECT id, %(now)s, %(kind)s, '', '', %(actor)s, jsonb_build_object('attempt', attempts) FROM claimed
+    SELECT id, %(now)s, %(run_started)s, '', '', %(actor)s, jsonb_build_object('attempt', attempts) FROM claimed
 )
 SELECT id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
        result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
@@ -124,25 +124,6 @@ UPDATE mcptasks_task
 SET lease_owner = '', lease_expires_at = NULL, attempts = attempts - 1, dispatched_at = %(now)s
 WHERE id = %(task_id)s AND lease_owner = %(worker)s;
 
--- name: run_redispatch
--- The sweeper re-enqueues a run lost while working with no live lease, with its event.
-WITH moved AS (
-    UPDATE mcptasks_task SET lease_owner = '', lease_expires_at = NULL, dispatched_at = %(now)s
-    WHERE id = %(task_id)s AND status = %(working)s AND (lease_expires_at IS NULL OR lease_expires_at < %(now)s)
-    RETURNING id
-)
-INSERT INTO mcptasks_taskevent (task_id, at, kind, from_status, to_status, actor, detail)
-SELECT id, %(now)s, %(kind)s, '', '', %(actor)s, jsonb_build_object('attempts', %(attempts)s::int) FROM moved;
-
--- name: task_expire
--- An operator expires a finished task now (the next prune deletes it), with its event.
-WITH expired AS (
-    UPDATE mcptasks_task SET expires_at = %(now)s WHERE id = %(task_id)s AND status = ANY(%(terminal)s)
-    RETURNING id
-)
-INSERT INTO mcptasks_taskevent (task_id, at, kind, from_status, to_status, actor, detail)
-SELECT id, %(now)s, %(kind)s, '', '', %(actor)s, jsonb_build_object() FROM expired;
-
 -- name: run_finish
 -- A run's end while ``worker`` holds the lease: ``working`` -> ``to``, result or error kept,
 -- lease cleared, the event, and the task out of its owner's active count.
@@ -158,7 +139,7 @@ WITH finished AS (
               started_at, finished_at, snapshot_watched, trace_context, tool_error
 ), recorded AS (
     INSERT INTO mcptasks_taskevent (task_id, at, kind, from_status, to_status, actor, detail)
-    SELECT id, %(now)s, %(kind)s, %(working)s, status, %(actor)s, jsonb_build_object() FROM finished
+    SELECT id, %(now)s, %(transition)s, %(working)s, status, %(actor)s, jsonb_build_object() FROM finished
 ), uncounted_kept AS (
     UPDATE mcptasks_activetaskcount SET active = active - 1
     WHERE id = (SELECT id FROM mcptasks_activetaskcount WHERE owner = (SELECT owner FROM finished)
@@ -171,11 +152,7 @@ WITH finished AS (
     ON CONFLICT (owner, slot) DO UPDATE SET active = mcptasks_activetaskcount.active + EXCLUDED.active
     RETURNING owner
 )
-SELECT id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
-       result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
-       dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at,
-       started_at, finished_at, snapshot_watched, trace_context, tool_error
-FROM finished;
+TABLE finished;
 
 -- name: run_status_message
 -- A running task's status message while ``worker`` holds the lease (no event: a hint).
@@ -198,7 +175,7 @@ WITH retried AS (
               started_at, finished_at, snapshot_watched, trace_context, tool_error
 ), recorded AS (
     INSERT INTO mcptasks_taskevent (task_id, at, kind, from_status, to_status, actor, detail)
-    SELECT id, %(now)s, %(kind)s, '', '', %(actor)s, %(detail)s FROM retried
+    SELECT id, %(now)s, %(tool_retry)s, '', '', %(actor)s, %(detail)s FROM retried
 )
 SELECT * FROM retried;
 
@@ -239,7 +216,7 @@ WITH prior AS (
               prior.status AS from_status
 ), recorded AS (
     INSERT INTO mcptasks_taskevent (task_id, at, kind, from_status, to_status, actor, detail)
-    SELECT id, %(now)s, %(kind)s, from_status, status, %(actor)s, jsonb_build_object() FROM ended
+    SELECT id, %(now)s, %(transition)s, from_status, status, %(actor)s, jsonb_build_object() FROM ended
 ), withdrawn AS (
     UPDATE mcptasks_inputrequest SET state = %(withdrawn)s
     WHERE task_id IN (SELECT id FROM ended WHERE from_status = %(input_required)s)
@@ -256,11 +233,7 @@ WITH prior AS (
     ON CONFLICT (owner, slot) DO UPDATE SET active = mcptasks_activetaskcount.active + EXCLUDED.active
     RETURNING owner
 )
-SELECT id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
-       result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
-       dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at,
-       started_at, finished_at, snapshot_watched, trace_context, tool_error, from_status
-FROM ended;
+TABLE ended;
 
 -- name: input_request
 -- A run asks questions: ``working`` -> ``input_required`` while ``worker`` holds the lease,
@@ -281,13 +254,9 @@ WITH moved AS (
     ON CONFLICT (task_id, key) DO NOTHING
 ), recorded AS (
     INSERT INTO mcptasks_taskevent (task_id, at, kind, from_status, to_status, actor, detail)
-    SELECT id, %(now)s, %(kind)s, %(working)s, %(input_required)s, %(actor)s, %(detail)s::jsonb FROM moved
+    SELECT id, %(now)s, %(transition)s, %(working)s, %(input_required)s, %(actor)s, %(detail)s::jsonb FROM moved
 )
-SELECT id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
-       result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
-       dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at,
-       started_at, finished_at, snapshot_watched, trace_context, tool_error
-FROM moved;
+TABLE moved;
 
 -- name: task_lock
 -- tasks/update, first: the row locked, as every writer of its questions locks it.
@@ -326,42 +295,11 @@ WITH answered AS (
     WHERE event.n = 1 OR %(resume)s
     ORDER BY event.n
 )
-SELECT id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
-       result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
-       dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at,
-       started_at, finished_at, snapshot_watched, trace_context, tool_error
-FROM moved;
+TABLE moved;
 
 -- name: quota_lock_exclusive
 -- The owner's quota lock alone: waits for every creation in flight.
 SELECT pg_advisory_xact_lock(hashtextextended(%(lock_key)s, 0));
-
--- name: counts_lock_timeout
--- How long the reconcile waits for the count's writers (this transaction only).
-SELECT set_config('lock_timeout', %(timeout)s, true);
-
--- name: counts_lock
-LOCK TABLE mcptasks_activetaskcount IN EXCLUSIVE MODE;
-
--- name: counts_lock_timeout_reset
-SET LOCAL lock_timeout TO DEFAULT;
-
--- name: prune_batch
--- Up to ``size`` expired terminal tasks and the rows that refer to them; held rows skipped.
-WITH doomed AS (
-    SELECT id FROM mcptasks_task
-    WHERE status = ANY(%(terminal)s) AND expires_at < %(now)s
-    ORDER BY expires_at
-    LIMIT %(size)s
-    FOR UPDATE SKIP LOCKED
-), gone_inputs AS (
-    DELETE FROM mcptasks_inputrequest WHERE task_id IN (SELECT id FROM doomed)
-), gone_events AS (
-    DELETE FROM mcptasks_taskevent WHERE task_id IN (SELECT id FROM doomed)
-), gone_legacy AS (
-    DELETE FROM mcptasks_legacytask WHERE task_id IN (SELECT id FROM doomed)
-)
-DELETE FROM mcptasks_task WHERE id IN (SELECT id FROM doomed);
 
 -- name: slot_rows
 -- A tool's concurrency slots 0..limit-1, made once.

@@ -1,6 +1,6 @@
-"""The raw statements (``queries.sql``, ``overview.sql``), each under its name, run on Postgres
-prepared server-side: :func:`execute` on the thread's Django connection, :func:`aexecute` on
-the event loop's own small pool, in autocommit. Their ORM forms are ``store.orm``'s."""
+"""The raw statements (``queries.sql``; off the hot path ``maintenance.sql``, ``overview.sql``),
+each under its name, run on Postgres prepared server-side: :func:`execute` on the thread's Django
+connection, :func:`aexecute` on the loop's own small pool, in autocommit. ORM forms: ``store.orm``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import re
 import sys
 import time
 import weakref
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -25,12 +25,12 @@ _NAME = re.compile(r"^-- name: (\w+)\s*$")
 _PREPARABLE = re.compile(r"^\s*(SELECT|WITH|INSERT|UPDATE|DELETE)\b", re.IGNORECASE)
 
 
-def _load(*names: str) -> dict[str, str]:
+def _load(paths: Iterable[Path]) -> dict[str, str]:
     """The statements of ``-- name:`` files, their comment lines left out."""
     statements: dict[str, list[str]] = {}
-    for name in names:
+    for path in paths:
         current: list[str] | None = None
-        for line in Path(__file__).with_name(name).read_text(encoding="utf-8").splitlines():
+        for line in path.read_text(encoding="utf-8").splitlines():
             named = _NAME.match(line)
             if named:
                 if named.group(1) in statements:
@@ -42,7 +42,7 @@ def _load(*names: str) -> dict[str, str]:
 
 
 #: Every raw statement, by name.
-STATEMENTS: dict[str, str] = _load("queries.sql", "overview.sql")
+STATEMENTS: dict[str, str] = _load(sorted(Path(__file__).parent.glob("*.sql")))
 
 #: psycopg prepares when asked or after this many runs: never, so only ours are prepared.
 _ONLY_WHEN_ASKED = sys.maxsize

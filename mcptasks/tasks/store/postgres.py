@@ -31,18 +31,10 @@ from .orm import Decide
 _COLUMNS = [field.attname for field in Task._meta.concrete_fields]
 #: The columns whose values Django adapts for the driver; psycopg sends the rest as they are.
 _ADAPTED_FIELDS = [f for f in Task._meta.concrete_fields if isinstance(f, models.JSONField | models.IntegerField)]
-#: The statuses, states and kinds the statements bind, passed to each (psycopg ignores the
-#: keys a statement does not name).
-_FIXED = {
-    "working": TaskStatus.WORKING.value,
-    "input_required": TaskStatus.INPUT_REQUIRED.value,
-    "terminal": sql.strings(TERMINAL_STATUSES),
-    "pending": InputRequestState.PENDING.value,
-    "answered": InputRequestState.ANSWERED.value,
-    "withdrawn": InputRequestState.WITHDRAWN.value,
-    "transition": EventKind.TRANSITION.value,
-    "input": EventKind.INPUT.value,
-}
+#: Every status, question state and event kind under its own name, and the terminal statuses:
+#: passed to each statement (psycopg ignores the keys a statement does not name).
+_FIXED: dict[str, Any] = {v.value: v.value for kinds in (TaskStatus, InputRequestState, EventKind) for v in kinds}
+_FIXED["terminal"] = sql.strings(TERMINAL_STATUSES)
 
 
 def column_params(task: Task) -> dict[str, Any]:
@@ -97,7 +89,6 @@ class Postgres:
         answers = {key: {"method": a.method, "params": a.params, "response": a.response} for key, a in answered.items()}
         return {
             **column_params(task),
-            "kind": EventKind.CREATED.value,
             "actor": actor,
             "detail": sql.db_value(TaskEvent, "detail", dict(detail)),
             "answers": sql.db_value(InputRequest, "params", answers),
@@ -106,11 +97,8 @@ class Postgres:
         }
 
     def insert_created(self, task: Task, actor: str, detail: Mapping[str, Any], answered: Mapping[str, Any]) -> None:
-        """Count the task in its owner's quota, insert it, its answers and its ``created`` event,
-        or raise ``TooManyActiveTasks``. Far below the quota the statement holds the owner's lock
-        shared to commit, so an exclusive checker waits for it; near it (the statement inserted
-        nothing) the lock is taken alone, waiting for every creation in flight, and the
-        statement counts afresh against the quota itself."""
+        """``task_create``, near the quota under the owner's lock alone (docs/architecture.md), or
+        ``TooManyActiveTasks``."""
         params = self._create_params(task, actor, detail, answered)
         if params is None or _run("task_create", **params).rowcount != 1:
             limit = settings.MAX_ACTIVE_TASKS_PER_OWNER
@@ -148,8 +136,7 @@ class Postgres:
 
     @staticmethod
     def _poll(task_id: str, owner: str, actor: str) -> dict[str, Any]:
-        kind = EventKind.RESULT_RETRIEVED.value
-        return {"task_id": task_id, "owner": owner, "now": timezone.now(), "kind": kind, "actor": actor}
+        return {"task_id": task_id, "owner": owner, "now": timezone.now(), "actor": actor}
 
     def lookup(self, task_id: str, owner: str, fields: Sequence[str]) -> Task | None:
         return _task(_run("task_lookup", task_id=task_id, owner=owner), len(fields))
@@ -174,8 +161,7 @@ class Postgres:
     def claim(
         self, task_id: str, *, worker: str, actor: str, now: datetime, lease: datetime
     ) -> tuple[Task, dict[str, Any]] | None:
-        kind = EventKind.RUN_STARTED.value
-        result = _run("run_claim", task_id=task_id, worker=worker, lease=lease, now=now, kind=kind, actor=actor)
+        result = _run("run_claim", task_id=task_id, worker=worker, lease=lease, now=now, actor=actor)
         task = _task(result, -1)
         if task is None:
             return None
@@ -204,7 +190,7 @@ class Postgres:
     ) -> bool:
         params = {"task_id": task_id, "worker": worker, "now": now, "due": due, "message": message, "actor": actor}
         detail = sql.db_value(TaskEvent, "detail", detail)
-        task = _task(_run("run_retry", **params, kind=EventKind.TOOL_RETRY.value, detail=detail))
+        task = _task(_run("run_retry", **params, detail=detail))
         if task is not None:
             announce(task_id, TaskStatus.WORKING, TaskStatus.WORKING, actor, STATUS_MESSAGE, task=task)
         return task is not None
@@ -231,21 +217,9 @@ class Postgres:
         tool_error: bool,
     ) -> bool:
         """``run_finish`` (the caller checked that the rule lets ``working`` move to ``to``)."""
-        task = _task(
-            _run(
-                "run_finish",
-                task_id=task_id,
-                to=str(to),
-                now=timezone.now(),
-                result=sql.db_value(Task, "result", result),
-                error=sql.db_value(Task, "error", error),
-                message=message,
-                worker=worker,
-                kind=EventKind.TRANSITION.value,
-                actor=actor,
-                tool_error=tool_error,
-            )
-        )
+        values = {"result": sql.db_value(Task, "result", result), "error": sql.db_value(Task, "error", error)}
+        params = {"task_id": task_id, "to": str(to), "now": timezone.now(), "message": message, "worker": worker}
+        task = _task(_run("run_finish", **params, **values, actor=actor, tool_error=tool_error))
         if task is None:
             return False
         announce(task_id, TaskStatus.WORKING, to, actor, EventKind.TRANSITION, task=task)
@@ -269,7 +243,6 @@ class Postgres:
             "cancelled_at": now if cancelled else None,
             "cancelled_by": actor if cancelled else None,
             "lapsed_at": lapsed_at,
-            "kind": EventKind.TRANSITION.value,
         }
 
     @staticmethod
@@ -320,19 +293,12 @@ class Postgres:
     ) -> bool:
         """``input_request`` (the caller checked that the rule lets ``working`` ask)."""
         asked = {key: {"method": req["method"], "params": req.get("params", {})} for key, req in requests.items()}
-        task = _task(
-            _run(
-                "input_request",
-                task_id=task_id,
-                now=timezone.now(),
-                worker=worker,
-                message=message,
-                requests=sql.db_value(InputRequest, "params", asked),
-                kind=EventKind.TRANSITION.value,
-                actor=actor,
-                detail=sql.db_value(TaskEvent, "detail", {"keys": sorted(requests)}),
-            )
-        )
+        values = {
+            "requests": sql.db_value(InputRequest, "params", asked),
+            "detail": sql.db_value(TaskEvent, "detail", {"keys": sorted(requests)}),
+        }
+        params = {"task_id": task_id, "now": timezone.now(), "worker": worker, "message": message, "actor": actor}
+        task = _task(_run("input_request", **params, **values))
         if task is None:
             return False
         announce(task_id, TaskStatus.WORKING, TaskStatus.INPUT_REQUIRED, actor, EventKind.TRANSITION, task=task)
@@ -401,14 +367,14 @@ class Postgres:
 
     def redispatch(self, task_id: str, *, attempts: int, now: datetime) -> bool:
         params = {"task_id": task_id, "now": now, "attempts": attempts, "actor": SYSTEM}
-        return bool(_run("run_redispatch", **params, kind=EventKind.REDISPATCHED.value).rowcount)
+        return bool(_run("run_redispatch", **params).rowcount)
 
     def delete_expired_batch(self, now: datetime, size: int) -> int:
         """``prune_batch``, where Django's delete collector would load each task to cascade in Python."""
         return _run("prune_batch", now=now, size=size).rowcount
 
     def mark_expired(self, task_id: str, *, now: datetime, actor: str) -> None:
-        _run("task_expire", task_id=task_id, now=now, kind=EventKind.EXPIRED.value, actor=actor)
+        _run("task_expire", task_id=task_id, now=now, actor=actor)
 
     # Concurrency slots -----------------------------------------------------------
 
