@@ -21,24 +21,20 @@ from django.dispatch import receiver
 from ..conf import settings
 from ..models import Task
 
-_NAME = re.compile(r"^-- name: (\w+)\s*$")
 _PREPARABLE = re.compile(r"^\s*(SELECT|WITH|INSERT|UPDATE|DELETE)\b", re.IGNORECASE)
 
 
 def _load(paths: Iterable[Path]) -> dict[str, str]:
-    """The statements of ``-- name:`` files, their comment lines left out."""
-    statements: dict[str, list[str]] = {}
+    """The statements of ``-- name:`` files, their comment and blank lines left out."""
+    statements: dict[str, str] = {}
     for path in paths:
-        current: list[str] | None = None
-        for line in path.read_text(encoding="utf-8").splitlines():
-            named = _NAME.match(line)
-            if named:
-                if named.group(1) in statements:
-                    raise ValueError(f"statement {named.group(1)!r} is named twice")
-                current = statements[named.group(1)] = []
-            elif current is not None and not line.lstrip().startswith("--") and line.strip():
-                current.append(line)
-    return {name: "\n".join(lines).rstrip().rstrip(";") for name, lines in statements.items()}
+        for block in re.split(r"^-- name: ", path.read_text(encoding="utf-8"), flags=re.MULTILINE)[1:]:
+            name, *lines = block.splitlines()
+            if name.strip() in statements:
+                raise ValueError(f"statement {name.strip()!r} is named twice")
+            kept = [line for line in lines if line.strip() and not line.lstrip().startswith("--")]
+            statements[name.strip()] = "\n".join(kept).rstrip().rstrip(";")
+    return statements
 
 
 #: Every raw statement, by name.

@@ -87,13 +87,12 @@ class Postgres:
                 return None
             lock_key, below = quota.quota_lock_key(task.owner), limit - quota.QUOTA_LOCK_MARGIN
         answers = {key: {"method": a.method, "params": a.params, "response": a.response} for key, a in answered.items()}
+        values = {"detail": sql.db_value(TaskEvent, "detail", dict(detail)), "lock_key": lock_key, "below": below}
         return {
             **column_params(task),
+            **values,
             "actor": actor,
-            "detail": sql.db_value(TaskEvent, "detail", dict(detail)),
             "answers": sql.db_value(InputRequest, "params", answers),
-            "lock_key": lock_key,
-            "below": below,
         }
 
     def insert_created(self, task: Task, actor: str, detail: Mapping[str, Any], answered: Mapping[str, Any]) -> None:
@@ -232,27 +231,9 @@ class Postgres:
     ) -> dict[str, Any]:
         now = timezone.now()
         cancelled = to == TaskStatus.CANCELLED
-        return {
-            "task_id": task_id,
-            "allowed": allowed,
-            "to": str(to),
-            "now": now,
-            "actor": actor,
-            "message": message,
-            "error": sql.db_value(Task, "error", error),
-            "cancelled_at": now if cancelled else None,
-            "cancelled_by": actor if cancelled else None,
-            "lapsed_at": lapsed_at,
-        }
-
-    @staticmethod
-    def _ended(result: sql.Result, *, committed: bool) -> tuple[Task, str] | None:
-        """The row ``task_end`` left and its former status, counted; ``None`` when nothing moved."""
-        task = _task(result, -1)
-        if task is None:
-            return None
-        metrics.task_finished(task.tool_name, task.status, committed=committed)
-        return task, result.first()[-1]
+        by = {"cancelled_at": now if cancelled else None, "cancelled_by": actor if cancelled else None}
+        params = {"task_id": task_id, "allowed": allowed, "to": str(to), "now": now, "actor": actor, "message": message}
+        return {**params, **by, "error": sql.db_value(Task, "error", error), "lapsed_at": lapsed_at}
 
     def end(
         self,
@@ -266,20 +247,22 @@ class Postgres:
         lapsed_at: datetime | None = None,
     ) -> bool:
         result = _run("task_end", **self._end(task_id, to, allowed, actor, message, error, lapsed_at))
-        ended = self._ended(result, committed=False)
-        if ended is not None:
-            announce(task_id, ended[1], ended[0].status, actor, EventKind.TRANSITION, task=ended[0])
-        return ended is not None
+        task = _task(result, -1)
+        if task is not None:
+            metrics.task_finished(task.tool_name, task.status, committed=False)
+            announce(task_id, result.first()[-1], task.status, actor, EventKind.TRANSITION, task=task)
+        return task is not None
 
     async def aend(self, task_id: str, to: str, *, allowed: list[str], actor: str, message: str) -> bool:
         """``task_end`` on the event loop, in autocommit."""
         if not sql.loop_available():
             return await on_a_thread(lambda: self.end(task_id, to, allowed=allowed, actor=actor, message=message))
         result = await _arun("task_end", **self._end(task_id, to, allowed, actor, message, None, None))
-        ended = self._ended(result, committed=True)
-        if ended is not None:
-            await aannounce_committed(ended[0], ended[1], actor, EventKind.TRANSITION)
-        return ended is not None
+        task = _task(result, -1)
+        if task is not None:
+            metrics.task_finished(task.tool_name, task.status, committed=True)
+            await aannounce_committed(task, result.first()[-1], actor, EventKind.TRANSITION)
+        return task is not None
 
     def request_input(
         self,
@@ -308,14 +291,9 @@ class Postgres:
     def _answer(
         task_id: str, responses: Mapping[str, Any], accepted: list[str], resume: bool, actor: str
     ) -> dict[str, Any]:
-        return {
-            "task_id": task_id,
-            "now": timezone.now(),
-            "actor": actor,
-            "answers": sql.db_value(InputRequest, "response", {key: responses[key] for key in accepted}),
-            "resume": resume,
-            "detail": sql.db_value(TaskEvent, "detail", {"keys": accepted}),
-        }
+        answers = sql.db_value(InputRequest, "response", {key: responses[key] for key in accepted})
+        detail = sql.db_value(TaskEvent, "detail", {"keys": accepted})
+        return dict(task_id=task_id, now=timezone.now(), actor=actor, answers=answers, resume=resume, detail=detail)
 
     def submit_input(self, task_id: str, responses: Mapping[str, Any], *, actor: str, decide: Decide) -> list[str]:
         """``task_lock``, ``input_pending``, ``input_answer``, in one transaction."""
@@ -366,8 +344,7 @@ class Postgres:
     # Maintenance ---------------------------------------------------------------
 
     def redispatch(self, task_id: str, *, attempts: int, now: datetime) -> bool:
-        params = {"task_id": task_id, "now": now, "attempts": attempts, "actor": SYSTEM}
-        return bool(_run("run_redispatch", **params).rowcount)
+        return bool(_run("run_redispatch", task_id=task_id, now=now, attempts=attempts, actor=SYSTEM).rowcount)
 
     def delete_expired_batch(self, now: datetime, size: int) -> int:
         """``prune_batch``, where Django's delete collector would load each task to cascade in Python."""
@@ -381,10 +358,9 @@ class Postgres:
     def take_slot(
         self, tool_name: str, limit: int, *, task_id: str, worker: str, now: datetime, lease: datetime
     ) -> int | None:
-        _run("slot_rows", tool=tool_name, limit=limit)
-        row = _run(
-            "slot_take", tool=tool_name, limit=limit, task_id=task_id, worker=worker, lease=lease, now=now
-        ).first()
+        tool = {"tool": tool_name, "limit": limit}
+        _run("slot_rows", **tool)
+        row = _run("slot_take", **tool, task_id=task_id, worker=worker, lease=lease, now=now).first()
         return None if row is None else int(row[0])
 
     def renew_slots(self, workers: list[str], lease: datetime) -> None:
