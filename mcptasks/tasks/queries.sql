@@ -1,7 +1,7 @@
--- The raw statements of mcptasks (Postgres), by name, run by ``tasks/sql.py``. Every value is a
--- named parameter, each status, state and event kind under its own name. Rows come back with their columns named, never
--- ``*`` (prepared, it breaks once a migration adds a column; ``TABLE cte`` returns the CTE's list).
--- Count slots (``*_kept``, ``*_added``) take an owner's slot no one holds, or add one: never waiting.
+-- The raw statements of mcptasks (Postgres), by name, run by ``tasks/sql.py``. Every value is a named
+-- parameter (each status, state and event kind under its own name). Rows come back with their columns
+-- named, never ``*`` (prepared, it breaks once a migration adds a column; ``TABLE cte`` returns the
+-- CTE's list). Count slots (``*_kept``, ``*_added``) take an owner's slot no one holds, or add one.
 
 -- name: task_lookup
 -- The owner's task, with the columns a DetailedTask needs.
@@ -195,7 +195,7 @@ RETURNING id, owner, tool_name, arguments, era, client_capabilities, status, sta
 -- An active task cancelled or failed from outside its run (with ``lapsed_at``, only once its
 -- lease lapsed): the guarded move from ``allowed``, its event, its pending questions withdrawn,
 -- the task out of its owner's active count. Returns the row and its former status.
-WITH prior AS (
+WITH prior (prior_id, from_status) AS (
     SELECT id, status FROM mcptasks_task
     WHERE id = %(task_id)s AND status = ANY(%(allowed)s)
       AND (%(lapsed_at)s::timestamptz IS NULL OR lease_expires_at IS NULL OR lease_expires_at < %(lapsed_at)s)
@@ -207,13 +207,11 @@ WITH prior AS (
         cancel_requested_at = COALESCE(%(cancelled_at)s::timestamptz, task.cancel_requested_at),
         cancelled_by = COALESCE(%(cancelled_by)s::varchar, task.cancelled_by), lease_owner = '', lease_expires_at = NULL
     FROM prior
-    WHERE task.id = prior.id AND task.status = prior.status
-    RETURNING task.id, task.owner, task.tool_name, task.arguments, task.era, task.client_capabilities, task.status,
-              task.status_message, task.result, task.error,
-              task.created_at, task.updated_at, task.ttl_ms, task.expires_at, task.poll_interval_ms, task.attempts, task.dispatched_at,
-              task.lease_owner, task.lease_expires_at, task.cancel_requested_at, task.cancelled_by, task.outcome_read_at,
-              task.started_at, task.finished_at, task.snapshot_watched, task.trace_context, task.tool_error,
-              prior.status AS from_status
+    WHERE task.id = prior_id AND task.status = from_status
+    RETURNING id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
+              result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
+              dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at,
+              started_at, finished_at, snapshot_watched, trace_context, tool_error, from_status
 ), recorded AS (
     INSERT INTO mcptasks_taskevent (task_id, at, kind, from_status, to_status, actor, detail)
     SELECT id, %(now)s, %(transition)s, from_status, status, %(actor)s, jsonb_build_object() FROM ended

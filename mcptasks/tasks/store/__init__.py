@@ -1,7 +1,6 @@
 """The task store, where the operation modules write and read: one backend per process, chosen
 from Django's connection (again when ``DATABASES`` changes), so each transition has one writer:
-``postgres.Postgres`` (the statements of ``queries.sql``) or, on any other database, ``orm.Orm``.
-"""
+``postgres.Postgres`` (the statements of ``queries.sql``) or, on any other database, ``orm.Orm``."""
 
 from __future__ import annotations
 
