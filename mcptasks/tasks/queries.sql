@@ -35,9 +35,8 @@ SELECT found.id, found.owner, found.tool_name, found.era, found.status, found.st
 FROM found LEFT JOIN marked ON true;
 
 -- name: task_create
--- A new task, its answers (key -> method, params, response) and ``created`` event, counted
--- in its owner's active tasks: with a quota (``below``), only while the count is below it,
--- under the owner's lock taken shared (``lock_key``) or after ``quota_lock_exclusive``.
+-- A new task, its answers (key -> method, params, response) and ``created`` event, counted in its owner's
+-- active tasks; with a quota only below ``below``, under ``lock_key`` shared or ``quota_lock_exclusive``.
 WITH total AS (
     SELECT coalesce(sum(active), 0) AS n FROM mcptasks_activetaskcount
     WHERE owner = %(owner)s AND %(below)s::int IS NOT NULL
@@ -192,9 +191,8 @@ RETURNING id, owner, tool_name, arguments, era, client_capabilities, status, sta
           started_at, finished_at, snapshot_watched, trace_context, tool_error;
 
 -- name: task_end
--- An active task cancelled or failed from outside its run (with ``lapsed_at``, only once its
--- lease lapsed): the guarded move from ``allowed``, its event, its pending questions withdrawn,
--- the task out of its owner's active count. Returns the row and its former status.
+-- An active task cancelled or failed from outside its run (with ``lapsed_at``, once its lease lapsed), from
+-- ``allowed``: its event, its questions withdrawn, out of the owner's count; the row and its former status.
 WITH prior (prior_id, from_status) AS (
     SELECT id, status FROM mcptasks_task
     WHERE id = %(task_id)s AND status = ANY(%(allowed)s)

@@ -101,12 +101,11 @@ class Result(NamedTuple):
         return self.rows[0] if self.rows else None
 
 
-class Session:
+class Session(NamedTuple):
     """A connection of the loop's pool, lent for one statement or one transaction."""
 
-    def __init__(self, conn: Any, max_age: float | None) -> None:
-        self.conn = conn
-        self.max_age = max_age
+    conn: Any
+    max_age: float | None
 
     async def execute(self, name: str, params: Mapping[str, Any]) -> Result:
         import psycopg

@@ -69,8 +69,6 @@ def _task(result: sql.Result, columns: int | None = None) -> Task | None:
 
 
 class Postgres:
-    """Every operation one named statement (module docstring)."""
-
     name = "postgres"
 
     # Creation ----------------------------------------------------------------
@@ -122,7 +120,7 @@ class Postgres:
         if send is None:
             raise RuntimeError("no runtime installed that sends runs from the event loop")
         params = self._create_params(task, actor, detail, {})
-        if params is None or (await _arun("task_create", **params)).rowcount != 1:
+        if params is None or (await sql.aexecute("task_create", {**_FIXED, **params})).rowcount != 1:
             return None
         task._state.adding = False
         task._state.db = Task.objects.db
@@ -257,7 +255,9 @@ class Postgres:
         """``task_end`` on the event loop, in autocommit."""
         if not sql.loop_available():
             return await on_a_thread(lambda: self.end(task_id, to, allowed=allowed, actor=actor, message=message))
-        result = await _arun("task_end", **self._end(task_id, to, allowed, actor, message, None, None))
+        result = await sql.aexecute(
+            "task_end", {**_FIXED, **self._end(task_id, to, allowed, actor, message, None, None)}
+        )
         task = _task(result, -1)
         if task is not None:
             metrics.task_finished(task.tool_name, task.status, committed=True)
