@@ -85,13 +85,10 @@ class Postgres:
                 return None
             lock_key, below = quota.quota_lock_key(task.owner), limit - quota.QUOTA_LOCK_MARGIN
         answers = {key: {"method": a.method, "params": a.params, "response": a.response} for key, a in answered.items()}
-        values = {"detail": sql.db_value(TaskEvent, "detail", dict(detail)), "lock_key": lock_key, "below": below}
-        return {
-            **column_params(task),
-            **values,
-            "actor": actor,
-            "answers": sql.db_value(InputRequest, "params", answers),
-        }
+        params = {**column_params(task), "actor": actor, "lock_key": lock_key, "below": below}
+        params["answers"] = sql.db_value(InputRequest, "params", answers)
+        params["detail"] = sql.db_value(TaskEvent, "detail", dict(detail))
+        return params
 
     def insert_created(self, task: Task, actor: str, detail: Mapping[str, Any], answered: Mapping[str, Any]) -> None:
         """``task_create``, near the quota under the owner's lock alone (docs/architecture.md), or
@@ -255,9 +252,8 @@ class Postgres:
         """``task_end`` on the event loop, in autocommit."""
         if not sql.loop_available():
             return await on_a_thread(lambda: self.end(task_id, to, allowed=allowed, actor=actor, message=message))
-        result = await sql.aexecute(
-            "task_end", {**_FIXED, **self._end(task_id, to, allowed, actor, message, None, None)}
-        )
+        params = {**_FIXED, **self._end(task_id, to, allowed, actor, message, None, None)}
+        result = await sql.aexecute("task_end", params)
         task = _task(result, -1)
         if task is not None:
             metrics.task_finished(task.tool_name, task.status, committed=True)
@@ -276,12 +272,10 @@ class Postgres:
     ) -> bool:
         """``input_request`` (the caller checked that the rule lets ``working`` ask)."""
         asked = {key: {"method": req["method"], "params": req.get("params", {})} for key, req in requests.items()}
-        values = {
-            "requests": sql.db_value(InputRequest, "params", asked),
-            "detail": sql.db_value(TaskEvent, "detail", {"keys": sorted(requests)}),
-        }
         params = {"task_id": task_id, "now": timezone.now(), "worker": worker, "message": message, "actor": actor}
-        task = _task(_run("input_request", **params, **values))
+        params["requests"] = sql.db_value(InputRequest, "params", asked)
+        params["detail"] = sql.db_value(TaskEvent, "detail", {"keys": sorted(requests)})
+        task = _task(_run("input_request", **params))
         if task is None:
             return False
         announce(task_id, TaskStatus.WORKING, TaskStatus.INPUT_REQUIRED, actor, EventKind.TRANSITION, task=task)
