@@ -25,7 +25,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "mcptasks"
 
 
 def test_every_statement_is_named_once_and_used_by_name():
-    text = (PACKAGE / "tasks" / "queries.sql").read_text()
+    text = "\n".join(path.read_text() for path in (PACKAGE / "tasks").glob("*.sql"))
     names = re.findall(r"^-- name: (\w+)\s*$", text, re.MULTILINE)
     assert len(names) == len(set(names)) == len(sql.STATEMENTS)
     source = "\n".join(p.read_text() for p in PACKAGE.rglob("*.py"))

@@ -1,35 +1,18 @@
--- The raw statements of mcptasks (Postgres), each under its name.
---
--- Loaded once by ``mcptasks.tasks.sql``. Every value is a named parameter
--- (``%(name)s``), statuses and event kinds included; nothing is spliced
--- into the text at run time. Each statement has an ORM twin for other
--- databases in the module that runs it, under the same operation name.
--- ``tests/test_sql_home.py`` checks the table and column names here
--- against the models.
---
--- Rows come back with their columns named, never ``*``: a prepared
--- statement whose result gained a column (a migration) would fail on every
--- connection that prepared it before.
---
--- The count slots (``*_kept``, ``*_added``) take a slot of the owner's
--- active-task count that no other transaction holds, or else add one keyed
--- by the transaction's id: neither ever waits for a lock (``quota``).
-
+-- The raw statements of mcptasks (Postgres), by name, run by ``tasks/sql.py``. Every value is a named
+-- parameter (each status, state and event kind under its own name). Rows come back with their columns
+-- named, never ``*`` (prepared, it breaks once a migration adds a column; ``TABLE cte`` returns the
+-- CTE's list). Count slots (``*_kept``, ``*_added``) take an owner's slot no one holds, or add one.
 
 -- name: task_lookup
--- The owner's task, with the columns a DetailedTask needs (no write).
+-- The owner's task, with the columns a DetailedTask needs.
 SELECT id, owner, tool_name, era, status, status_message, result, error,
        created_at, updated_at, ttl_ms, poll_interval_ms, outcome_read_at
 FROM mcptasks_task
 WHERE id = %(task_id)s AND owner = %(owner)s;
 
-
 -- name: task_poll
--- tasks/get: the owner's task as ``task_lookup`` reads it, and the first
--- read of a finished task's outcome marked, with its ``result_retrieved``
--- event, in the same statement. The UPDATE matches only a row that the
--- statement's snapshot shows terminal and unread; a concurrent first read
--- makes it match nothing (its guard is re-checked on the newest row).
+-- tasks/get: ``task_lookup``'s row, and a finished task's first read marked with its
+-- ``result_retrieved`` event (a concurrent first read makes the UPDATE match nothing).
 WITH found AS (
     SELECT id, owner, tool_name, era, status, status_message, result, error,
            created_at, updated_at, ttl_ms, poll_interval_ms, outcome_read_at
@@ -42,7 +25,7 @@ WITH found AS (
     RETURNING id, status, outcome_read_at
 ), recorded AS (
     INSERT INTO mcptasks_taskevent (task_id, at, kind, from_status, to_status, actor, detail)
-    SELECT id, outcome_read_at, %(kind)s, '', '', %(actor)s, jsonb_build_object('status', status)
+    SELECT id, outcome_read_at, %(result_retrieved)s, '', '', %(actor)s, jsonb_build_object('status', status)
     FROM marked
 )
 SELECT found.id, found.owner, found.tool_name, found.era, found.status, found.status_message,
@@ -51,15 +34,9 @@ SELECT found.id, found.owner, found.tool_name, found.era, found.status, found.st
        marked.id IS NOT NULL AS first_read
 FROM found LEFT JOIN marked ON true;
 
-
 -- name: task_create
--- A new task, the answers it was created with (``answers``: key ->
--- method, params, response) and its ``created`` event, counted in its
--- owner's active tasks. With a quota (``below`` not null), only while the
--- owner's count is below ``below``, otherwise it inserts nothing: far below
--- the quota under the owner's quota lock taken shared (``lock_key``, held
--- to commit); near it, ``lock_key`` null, after ``quota_lock_exclusive``
--- (``creation``). With none, neither count nor lock is read.
+-- A new task, its answers (key -> method, params, response) and ``created`` event, counted in its owner's
+-- active tasks; with a quota only below ``below``, under ``lock_key`` shared or ``quota_lock_exclusive``.
 WITH total AS (
     SELECT coalesce(sum(active), 0) AS n FROM mcptasks_activetaskcount
     WHERE owner = %(owner)s AND %(below)s::int IS NOT NULL
@@ -107,12 +84,10 @@ WITH total AS (
     FROM created, jsonb_each(%(answers)s::jsonb) AS answer
 )
 INSERT INTO mcptasks_taskevent (task_id, at, kind, from_status, to_status, actor, detail)
-SELECT id, %(created_at)s, %(kind)s, '', %(status)s, %(actor)s, %(detail)s FROM created;
-
+SELECT id, %(created_at)s, %(created)s, '', %(status)s, %(actor)s, %(detail)s FROM created;
 
 -- name: run_claim
--- A worker takes the lease of a working task nobody holds a live lease on,
--- records ``run_started``, and reads the answers earlier runs were given.
+-- A worker leases a working task with no live lease, records ``run_started``, reads its answers.
 WITH claimed AS (
     UPDATE mcptasks_task
     SET lease_owner = %(worker)s, lease_expires_at = %(lease)s, attempts = attempts + 1,
@@ -125,7 +100,7 @@ WITH claimed AS (
               started_at, finished_at, snapshot_watched, trace_context, tool_error
 ), started AS (
     INSERT INTO mcptasks_taskevent (task_id, at, kind, from_status, to_status, actor, detail)
-    SELECT id, %(now)s, %(kind)s, '', '', %(actor)s, jsonb_build_object('attempt', attempts) FROM claimed
+    SELECT id, %(now)s, %(run_started)s, '', '', %(actor)s, jsonb_build_object('attempt', attempts) FROM claimed
 )
 SELECT id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
        result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
@@ -136,54 +111,21 @@ SELECT id, owner, tool_name, arguments, era, client_capabilities, status, status
 ) AS answers
 FROM claimed;
 
-
 -- name: lease_renew
--- Heartbeats: the leases of runs (``workers``, each unique to its run, on
--- ``task_ids``) renewed while each task is ``working`` under its run's
--- lease. Returns the workers that still hold their lease.
+-- Heartbeats: the runs' leases renewed while working; returns the workers still holding one.
 UPDATE mcptasks_task SET lease_expires_at = %(lease)s
 WHERE id = ANY(%(task_ids)s) AND lease_owner = ANY(%(workers)s) AND status = %(working)s
 RETURNING lease_owner;
 
-
 -- name: lease_release
--- A run gives its lease back without finishing (its worker is shutting
--- down): the attempt not counted, the task dispatched again.
+-- A shutting-down run gives its lease back: the attempt uncounted, the task dispatched again.
 UPDATE mcptasks_task
 SET lease_owner = '', lease_expires_at = NULL, attempts = attempts - 1, dispatched_at = %(now)s
 WHERE id = %(task_id)s AND lease_owner = %(worker)s;
 
-
--- name: run_redispatch
--- The sweeper re-enqueues a run lost to a dead worker or a lost message:
--- only while the task is still ``working`` with no live lease at ``now``,
--- with its ``redispatched`` event.
-WITH moved AS (
-    UPDATE mcptasks_task SET lease_owner = '', lease_expires_at = NULL, dispatched_at = %(now)s
-    WHERE id = %(task_id)s AND status = %(working)s AND (lease_expires_at IS NULL OR lease_expires_at < %(now)s)
-    RETURNING id
-)
-INSERT INTO mcptasks_taskevent (task_id, at, kind, from_status, to_status, actor, detail)
-SELECT id, %(now)s, %(kind)s, '', '', %(actor)s, jsonb_build_object('attempts', %(attempts)s::int) FROM moved;
-
-
--- name: task_expire
--- An operator expires a finished task now (the next prune deletes it), with
--- its ``expired`` event.
-WITH expired AS (
-    UPDATE mcptasks_task SET expires_at = %(now)s WHERE id = %(task_id)s AND status = ANY(%(terminal)s)
-    RETURNING id
-)
-INSERT INTO mcptasks_taskevent (task_id, at, kind, from_status, to_status, actor, detail)
-SELECT id, %(now)s, %(kind)s, '', '', %(actor)s, jsonb_build_object() FROM expired;
-
-
 -- name: run_finish
--- A run's end: ``working`` -> ``to`` (completed or failed) while ``worker``
--- holds the lease: its result or its error kept (the other is null), the
--- lease cleared, the transition's event, and the task out of its owner's
--- active count. ``tool_error`` marks a result with ``isError``
--- (``tools.results.is_tool_error``).
+-- A run's end while ``worker`` holds the lease: ``working`` -> ``to``, result or error kept,
+-- lease cleared, the event, and the task out of its owner's active count.
 WITH finished AS (
     UPDATE mcptasks_task
     SET status = %(to)s, updated_at = %(now)s, finished_at = %(now)s, status_message = %(message)s,
@@ -196,7 +138,7 @@ WITH finished AS (
               started_at, finished_at, snapshot_watched, trace_context, tool_error
 ), recorded AS (
     INSERT INTO mcptasks_taskevent (task_id, at, kind, from_status, to_status, actor, detail)
-    SELECT id, %(now)s, %(kind)s, %(working)s, status, %(actor)s, jsonb_build_object() FROM finished
+    SELECT id, %(now)s, %(transition)s, %(working)s, status, %(actor)s, jsonb_build_object() FROM finished
 ), uncounted_kept AS (
     UPDATE mcptasks_activetaskcount SET active = active - 1
     WHERE id = (SELECT id FROM mcptasks_activetaskcount WHERE owner = (SELECT owner FROM finished)
@@ -209,29 +151,18 @@ WITH finished AS (
     ON CONFLICT (owner, slot) DO UPDATE SET active = mcptasks_activetaskcount.active + EXCLUDED.active
     RETURNING owner
 )
-SELECT id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
-       result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
-       dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at,
-       started_at, finished_at, snapshot_watched, trace_context, tool_error
-FROM finished;
-
+TABLE finished;
 
 -- name: run_status_message
--- A running task's status message, while ``worker`` holds its lease. No
--- event: a message is a hint, not a record. The row comes back as a poll
--- reads it, for the listeners told of the change.
+-- A running task's status message while ``worker`` holds the lease (no event: a hint).
 UPDATE mcptasks_task SET status_message = %(message)s, updated_at = %(now)s
 WHERE id = %(task_id)s AND status = %(working)s AND lease_owner = %(worker)s
 RETURNING id, owner, tool_name, era, status, status_message, result, error,
           created_at, updated_at, ttl_ms, poll_interval_ms, outcome_read_at;
 
-
 -- name: run_retry
--- A run whose tool raised a declared exception gives its lease back for a
--- later attempt: still ``working``, no lease, due at ``due`` (the sweeper
--- waits for that before it takes the task for unclaimed), the status message
--- saying when, the ``tool_retry`` event. Not a lost run: ``attempts`` (runs
--- lost to dead workers) takes back the claim's count.
+-- A run whose tool asked for a retry gives its lease back, due again at ``due``, with
+-- ``tool_retry``; the claim's attempt is taken back (attempts count lost runs).
 WITH retried AS (
     UPDATE mcptasks_task
     SET lease_owner = '', lease_expires_at = NULL, attempts = attempts - 1, dispatched_at = %(due)s,
@@ -243,15 +174,13 @@ WITH retried AS (
               started_at, finished_at, snapshot_watched, trace_context, tool_error
 ), recorded AS (
     INSERT INTO mcptasks_taskevent (task_id, at, kind, from_status, to_status, actor, detail)
-    SELECT id, %(now)s, %(kind)s, '', '', %(actor)s, %(detail)s FROM retried
+    SELECT id, %(now)s, %(tool_retry)s, '', '', %(actor)s, %(detail)s FROM retried
 )
 SELECT * FROM retried;
 
 -- name: run_slot_wait
--- A run found every slot of its tool held: the task, not claimed, waits
--- ``working`` for a later try at ``due`` (the sweeper waits for that before
--- it takes the task for unclaimed), its status message saying so.
--- ``updated_at`` moves only when the message changes.
+-- Every slot of the tool held: the task waits, unclaimed, until ``due``; ``updated_at``
+-- moves only when the message changes.
 UPDATE mcptasks_task
 SET dispatched_at = %(due)s, status_message = %(message)s,
     updated_at = CASE WHEN status_message = %(message)s THEN updated_at ELSE %(now)s END
@@ -261,17 +190,12 @@ RETURNING id, owner, tool_name, arguments, era, client_capabilities, status, sta
           dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at,
           started_at, finished_at, snapshot_watched, trace_context, tool_error;
 
-
 -- name: task_end
--- An active task ended from outside its run: ``cancelled`` (by its client
--- or an operator) or ``failed`` (by the system; with ``lapsed_at``, only
--- while its lease, if any, had lapsed by then). The guarded move from the
--- statuses ``from`` (the status rule's, re-read under the row lock), its
--- event, the withdrawal of questions it was waiting on, and the task out of
--- its owner's active count. Returns the row as left and its former status.
-WITH prior AS (
+-- An active task cancelled or failed from outside its run (with ``lapsed_at``, once its lease lapsed), from
+-- ``allowed``: its event, its questions withdrawn, out of the owner's count; the row and its former status.
+WITH prior (prior_id, from_status) AS (
     SELECT id, status FROM mcptasks_task
-    WHERE id = %(task_id)s AND status = ANY(%(from)s)
+    WHERE id = %(task_id)s AND status = ANY(%(allowed)s)
       AND (%(lapsed_at)s::timestamptz IS NULL OR lease_expires_at IS NULL OR lease_expires_at < %(lapsed_at)s)
     FOR UPDATE
 ), ended AS (
@@ -281,16 +205,14 @@ WITH prior AS (
         cancel_requested_at = COALESCE(%(cancelled_at)s::timestamptz, task.cancel_requested_at),
         cancelled_by = COALESCE(%(cancelled_by)s::varchar, task.cancelled_by), lease_owner = '', lease_expires_at = NULL
     FROM prior
-    WHERE task.id = prior.id AND task.status = prior.status
-    RETURNING task.id, task.owner, task.tool_name, task.arguments, task.era, task.client_capabilities, task.status,
-              task.status_message, task.result, task.error,
-              task.created_at, task.updated_at, task.ttl_ms, task.expires_at, task.poll_interval_ms, task.attempts, task.dispatched_at,
-              task.lease_owner, task.lease_expires_at, task.cancel_requested_at, task.cancelled_by, task.outcome_read_at,
-              task.started_at, task.finished_at, task.snapshot_watched, task.trace_context, task.tool_error,
-              prior.status AS from_status
+    WHERE task.id = prior_id AND task.status = from_status
+    RETURNING id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
+              result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
+              dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at,
+              started_at, finished_at, snapshot_watched, trace_context, tool_error, from_status
 ), recorded AS (
     INSERT INTO mcptasks_taskevent (task_id, at, kind, from_status, to_status, actor, detail)
-    SELECT id, %(now)s, %(kind)s, from_status, status, %(actor)s, jsonb_build_object() FROM ended
+    SELECT id, %(now)s, %(transition)s, from_status, status, %(actor)s, jsonb_build_object() FROM ended
 ), withdrawn AS (
     UPDATE mcptasks_inputrequest SET state = %(withdrawn)s
     WHERE task_id IN (SELECT id FROM ended WHERE from_status = %(input_required)s)
@@ -307,19 +229,11 @@ WITH prior AS (
     ON CONFLICT (owner, slot) DO UPDATE SET active = mcptasks_activetaskcount.active + EXCLUDED.active
     RETURNING owner
 )
-SELECT id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
-       result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
-       dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at,
-       started_at, finished_at, snapshot_watched, trace_context, tool_error, from_status
-FROM ended;
-
+TABLE ended;
 
 -- name: input_request
--- A run asks questions it has no answers for: the task, while ``worker``
--- holds its lease, moved ``working`` -> ``input_required`` with the lease
--- released and its attempts reset, the questions (``requests``: key ->
--- method, params) recorded as pending (a key recorded before keeps its
--- first question), and the transition's event. Returns the row as left.
+-- A run asks questions: ``working`` -> ``input_required`` while ``worker`` holds the lease,
+-- lease released, attempts reset, the questions pending (an asked key keeps its first), the event.
 WITH moved AS (
     UPDATE mcptasks_task
     SET status = %(input_required)s, updated_at = %(now)s, status_message = %(message)s, attempts = 0,
@@ -336,34 +250,22 @@ WITH moved AS (
     ON CONFLICT (task_id, key) DO NOTHING
 ), recorded AS (
     INSERT INTO mcptasks_taskevent (task_id, at, kind, from_status, to_status, actor, detail)
-    SELECT id, %(now)s, %(kind)s, %(working)s, %(input_required)s, %(actor)s, %(detail)s::jsonb FROM moved
+    SELECT id, %(now)s, %(transition)s, %(working)s, %(input_required)s, %(actor)s, %(detail)s::jsonb FROM moved
 )
-SELECT id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
-       result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
-       dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at,
-       started_at, finished_at, snapshot_watched, trace_context, tool_error
-FROM moved;
-
+TABLE moved;
 
 -- name: task_lock
--- tasks/update, first: the task's row locked to the end of the transaction,
--- as every writer of its questions locks it, so the next statements' fresh
--- snapshot sees its questions settled.
+-- tasks/update, first: the row locked, as every writer of its questions locks it.
 SELECT status FROM mcptasks_task WHERE id = %(task_id)s FOR UPDATE;
 
-
 -- name: input_pending
--- The task's questions still waiting for an answer (under ``task_lock``).
+-- The task's questions still waiting (under ``task_lock``).
 SELECT key, method, params FROM mcptasks_inputrequest
 WHERE task_id = %(task_id)s AND state = %(pending)s;
 
-
 -- name: input_answer
--- tasks/update, last (under ``task_lock``): the answers recorded on their
--- pending questions, the ``input`` event, and either the task resumed
--- (``resume``: it waited and this answers its last question, with the
--- transition's event after the input's) or its update time touched, so
--- listeners see the shorter list. Returns the task's row as left.
+-- tasks/update, last (under ``task_lock``): the answers, the ``input`` event, and either the
+-- task resumed (``resume``, with its transition) or its update time touched.
 WITH answered AS (
     UPDATE mcptasks_inputrequest AS request
     SET state = %(answered)s, response = answer.value, answered_at = %(now)s
@@ -389,121 +291,20 @@ WITH answered AS (
     WHERE event.n = 1 OR %(resume)s
     ORDER BY event.n
 )
-SELECT id, owner, tool_name, arguments, era, client_capabilities, status, status_message,
-       result, error, created_at, updated_at, ttl_ms, expires_at, poll_interval_ms, attempts,
-       dispatched_at, lease_owner, lease_expires_at, cancel_requested_at, cancelled_by, outcome_read_at,
-       started_at, finished_at, snapshot_watched, trace_context, tool_error
-FROM moved;
-
+TABLE moved;
 
 -- name: quota_lock_exclusive
 -- The owner's quota lock alone: waits for every creation in flight.
 SELECT pg_advisory_xact_lock(hashtextextended(%(lock_key)s, 0));
 
-
--- name: counts_lock_timeout
--- How long the reconcile waits for the count's writers (this transaction only).
-SELECT set_config('lock_timeout', %(timeout)s, true);
-
-
--- name: counts_lock
-LOCK TABLE mcptasks_activetaskcount IN EXCLUSIVE MODE;
-
-
--- name: counts_lock_timeout_reset
-SET LOCAL lock_timeout TO DEFAULT;
-
-
--- name: prune_batch
--- Up to ``size`` terminal tasks past their expiry, with every row that
--- refers to them. Rows another transaction holds are skipped.
-WITH doomed AS (
-    SELECT id FROM mcptasks_task
-    WHERE status = ANY(%(terminal)s) AND expires_at < %(now)s
-    ORDER BY expires_at
-    LIMIT %(size)s
-    FOR UPDATE SKIP LOCKED
-), gone_inputs AS (
-    DELETE FROM mcptasks_inputrequest WHERE task_id IN (SELECT id FROM doomed)
-), gone_events AS (
-    DELETE FROM mcptasks_taskevent WHERE task_id IN (SELECT id FROM doomed)
-), gone_legacy AS (
-    DELETE FROM mcptasks_legacytask WHERE task_id IN (SELECT id FROM doomed)
-)
-DELETE FROM mcptasks_task WHERE id IN (SELECT id FROM doomed);
-
-
--- name: table_size_estimate
--- The planner's estimate of a table's rows (-1: never analyzed).
-SELECT reltuples::bigint FROM pg_class WHERE oid = to_regclass(%(table)s);
-
-
--- name: overview_gauges
--- The admin overview's gauges, from one snapshot: the active total (the
--- per-owner counter's slots) and the waiting tasks, counted up to ``cap``.
-SELECT (SELECT COALESCE(SUM(active), 0) FROM mcptasks_activetaskcount),
-       (SELECT COUNT(*) FROM (SELECT 1 FROM mcptasks_task WHERE status = %(input_required)s LIMIT %(cap)s) AS waiting);
-
-
--- name: overview_settings
--- For the overview's grouped scans (this transaction only): compiling them
--- (JIT) costs more than it saves, and their sorts should stay in memory.
-SELECT set_config('jit', 'off', true), set_config('work_mem', %(work_mem)s, true);
-
-
--- name: overview_created
--- Tasks created in the window [start, end): per bucket of ``step`` seconds
--- (and over the whole window: the row whose bucket is null), their count by
--- status in ``overview.CREATED_STATUSES`` order, and p50/p95 of their queue
--- wait (to their start, or their finish, or ``now``).
-SELECT bucket,
-       COUNT(*) FILTER (WHERE status = %(working)s), COUNT(*) FILTER (WHERE status = %(input_required)s),
-       COUNT(*) FILTER (WHERE status = %(completed)s), COUNT(*) FILTER (WHERE status = %(failed)s),
-       COUNT(*) FILTER (WHERE status = %(cancelled)s),
-       COUNT(seconds), percentile_cont(ARRAY[0.5, 0.95]) WITHIN GROUP (ORDER BY seconds)
-FROM (
-    SELECT floor(date_part('epoch', created_at - %(start)s::timestamptz) / %(step)s::float8)::int AS bucket, status,
-           date_part('epoch', COALESCE(started_at, finished_at, %(now)s::timestamptz) - created_at) AS seconds
-    FROM mcptasks_task
-    WHERE created_at >= %(start)s::timestamptz AND created_at < %(end)s::timestamptz
-) AS timed
-GROUP BY GROUPING SETS ((bucket), ());
-
-
--- name: overview_finished
--- Tasks finished in the window, as ``overview_created`` counts creations:
--- by status in ``TERMINAL_STATUSES`` order, and p50/p95 of their run time.
-SELECT bucket,
-       COUNT(*) FILTER (WHERE status = %(completed)s), COUNT(*) FILTER (WHERE status = %(failed)s),
-       COUNT(*) FILTER (WHERE status = %(cancelled)s),
-       COUNT(seconds), percentile_cont(ARRAY[0.5, 0.95]) WITHIN GROUP (ORDER BY seconds)
-FROM (
-    SELECT floor(date_part('epoch', finished_at - %(start)s::timestamptz) / %(step)s::float8)::int AS bucket, status,
-           date_part('epoch', finished_at - started_at) AS seconds
-    FROM mcptasks_task
-    WHERE finished_at >= %(start)s::timestamptz AND finished_at < %(end)s::timestamptz
-) AS timed
-GROUP BY GROUPING SETS ((bucket), ());
-
-
--- name: overview_failures
--- Tasks that failed in the window, by tool: protocol failures (``failed``
--- without a tool error) and tool errors (``tool_error``, whatever the era's status).
-SELECT tool_name, COUNT(*) FILTER (WHERE NOT tool_error), COUNT(*) FILTER (WHERE tool_error) FROM mcptasks_task
-WHERE finished_at >= %(start)s AND finished_at < %(end)s AND (status = %(failed)s OR tool_error)
-GROUP BY 1;
-
 -- name: slot_rows
--- A tool's concurrency slots 0..limit-1, made once (a lower limit later
--- leaves the rows above it unused).
+-- A tool's concurrency slots 0..limit-1, made once.
 INSERT INTO mcptasks_toolslot (tool_name, slot, task_id, worker, expires_at)
 SELECT %(tool)s, n, '', '', NULL FROM generate_series(0, %(limit)s::int - 1) AS n
 ON CONFLICT (tool_name, slot) DO NOTHING;
 
 -- name: slot_take
--- A run takes a free slot of its tool (never held, released, or its
--- holder's lease lapsed). SKIP LOCKED passes over a slot another run is
--- taking; FOR UPDATE re-checks a slot taken since this statement began.
+-- A run takes a free slot of its tool (never held, released, or lapsed), skipping locked ones.
 UPDATE mcptasks_toolslot SET task_id = %(task_id)s, worker = %(worker)s, expires_at = %(lease)s
 WHERE id = (
     SELECT id FROM mcptasks_toolslot
@@ -519,21 +320,3 @@ UPDATE mcptasks_toolslot SET expires_at = %(lease)s WHERE worker = ANY(%(workers
 -- name: slot_free
 -- A run gives its slot back.
 UPDATE mcptasks_toolslot SET task_id = '', worker = '', expires_at = NULL WHERE worker = %(worker)s;
-
-
--- name: overview_queue_wait
--- Tasks created in the window: p50/p95 of their queue wait (as
--- ``overview_created`` times it) by the queue their tool's runs go to
--- (``tools``/``queues`` pair each tool with its queue; a tool not named
--- there goes to ``default``).
-SELECT COALESCE(routes.queue, %(default)s) AS queue, COUNT(seconds),
-       percentile_cont(ARRAY[0.5, 0.95]) WITHIN GROUP (ORDER BY seconds)
-FROM (
-    SELECT tool_name,
-           date_part('epoch', COALESCE(started_at, finished_at, %(now)s::timestamptz) - created_at) AS seconds
-    FROM mcptasks_task
-    WHERE created_at >= %(start)s::timestamptz AND created_at < %(end)s::timestamptz
-) AS timed
-LEFT JOIN unnest(%(tools)s::text[], %(queues)s::text[]) AS routes (tool, queue) ON routes.tool = timed.tool_name
-GROUP BY 1
-ORDER BY 1;

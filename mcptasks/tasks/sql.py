@@ -1,24 +1,6 @@
-"""The one home of the raw statements: ``queries.sql`` holds them, each under
-its name, and this module runs them on Postgres, prepared server-side.
-
-Each statement is one named operation's Postgres implementation, called by
-the Postgres store (``store.postgres``); its ORM form, for every other
-database, is the ORM store's (``store.orm``), and the tests run both (the
-``transition_paths`` fixture).
-
-Two ways to run a statement, one text:
-
-- :func:`execute`, on Django's connection of the thread (in the caller's
-  transaction, or in autocommit), through a server-binding cursor, since
-  Django's own binds client-side and so can never prepare;
-- :func:`aexecute`, on the event loop, from a small pool of async
-  connections of the loop's own, in autocommit.
-
-Both prepare the statement on first use on each connection that outlives
-its request (``PREPARE_STATEMENTS``; ``CONN_MAX_AGE`` not 0), so Postgres
-parses and plans it once per connection rather than on every call. A statement Postgres cannot prepare
-(a utility like ``LOCK``) runs unprepared.
-"""
+"""The raw statements (``queries.sql``; off the hot path ``maintenance.sql``, ``overview.sql``),
+each under its name, run on Postgres prepared server-side: :func:`execute` on the thread's Django
+connection, :func:`aexecute` on the loop's own small pool, in autocommit. ORM forms: ``store.orm``."""
 
 from __future__ import annotations
 
@@ -28,7 +10,7 @@ import re
 import sys
 import time
 import weakref
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -39,43 +21,37 @@ from django.dispatch import receiver
 from ..conf import settings
 from ..models import Task
 
-_NAME = re.compile(r"^-- name: (\w+)\s*$")
 _PREPARABLE = re.compile(r"^\s*(SELECT|WITH|INSERT|UPDATE|DELETE)\b", re.IGNORECASE)
 
 
-def _load(path: Path) -> dict[str, str]:
-    """The statements of a ``-- name:`` file, their comment lines left out."""
-    statements: dict[str, list[str]] = {}
-    current: list[str] | None = None
-    for line in path.read_text(encoding="utf-8").splitlines():
-        named = _NAME.match(line)
-        if named:
-            if named.group(1) in statements:
-                raise ValueError(f"statement {named.group(1)!r} is named twice in {path.name}")
-            current = statements[named.group(1)] = []
-        elif current is not None and not line.lstrip().startswith("--") and line.strip():
-            current.append(line)
-    return {name: "\n".join(lines).rstrip().rstrip(";") for name, lines in statements.items()}
+def _load(paths: Iterable[Path]) -> dict[str, str]:
+    """The statements of ``-- name:`` files, their comment and blank lines left out."""
+    statements: dict[str, str] = {}
+    for path in paths:
+        for block in re.split(r"^-- name: ", path.read_text(encoding="utf-8"), flags=re.MULTILINE)[1:]:
+            name, *lines = block.splitlines()
+            if name.strip() in statements:
+                raise ValueError(f"statement {name.strip()!r} is named twice")
+            kept = [line for line in lines if line.strip() and not line.lstrip().startswith("--")]
+            statements[name.strip()] = "\n".join(kept).rstrip().rstrip(";")
+    return statements
 
 
 #: Every raw statement, by name.
-STATEMENTS: dict[str, str] = _load(Path(__file__).with_name("queries.sql"))
+STATEMENTS: dict[str, str] = _load(sorted(Path(__file__).parent.glob("*.sql")))
 
-#: psycopg prepares a statement when asked (``prepare=True``) or after this
-#: many runs: an unreachable count, so only the statements here are prepared.
+#: psycopg prepares when asked or after this many runs: never, so only ours are prepared.
 _ONLY_WHEN_ASKED = sys.maxsize
 
 
 def _prepare(text: str, max_age: float | None) -> bool:
-    """Whether to prepare: only a statement Postgres can prepare, and only on
-    a connection kept past its request (``CONN_MAX_AGE`` not 0), where the
-    round trip that prepares it is paid once, not on every use."""
+    """Prepare only what Postgres can, on a connection kept past its request (``CONN_MAX_AGE``)."""
     return settings.PREPARE_STATEMENTS and max_age != 0 and bool(_PREPARABLE.match(text))
 
 
 def execute(name: str, params: Mapping[str, Any] | None = None) -> Any:
-    """Run the statement ``name`` on the thread's Django connection (default
-    alias) and return its psycopg cursor, rows unread."""
+    """Run ``name`` on the thread's Django connection; its psycopg cursor, rows unread.
+    Not Django's cursor, which binds client-side and so can never prepare."""
     import psycopg
 
     text = STATEMENTS[name]
@@ -96,13 +72,11 @@ def execute(name: str, params: Mapping[str, Any] | None = None) -> Any:
 
 
 def column_names(cursor: Any) -> list[str]:
-    """The names of a cursor's result columns, in order."""
     return [column.name for column in cursor.description]
 
 
 def db_value(model: type[models.Model], field: str, value: Any) -> Any:
-    """``value`` as a raw statement's parameter for ``model.field`` (JSON
-    wrapped for the driver, and so on), as the ORM would save it."""
+    """``value`` as a parameter for ``model.field``, as the ORM would save it."""
     target = model._meta.get_field(field)
     assert isinstance(target, models.Field)
     return target.get_db_prep_save(value, connection)
@@ -127,32 +101,25 @@ class Result(NamedTuple):
         return self.rows[0] if self.rows else None
 
 
-class Session:
-    """A connection of the loop's pool, lent for one operation."""
+class Session(NamedTuple):
+    """A connection of the loop's pool, lent for one statement or one transaction."""
 
-    def __init__(self, conn: Any, max_age: float | None) -> None:
-        self.conn = conn
-        self.max_age = max_age
+    conn: Any
+    max_age: float | None
 
     async def execute(self, name: str, params: Mapping[str, Any]) -> Result:
-        """Run the statement ``name`` (prepared where ``_prepare`` says)."""
         import psycopg
 
         text = STATEMENTS[name]
         async with psycopg.AsyncCursor(self.conn) as cursor:
             await cursor.execute(text, params, prepare=_prepare(text, self.max_age))
-            described = cursor.description is not None
-            return Result(
-                column_names(cursor) if described else [],
-                await cursor.fetchall() if described else [],
-                cursor.rowcount,
-            )
+            if cursor.description is None:
+                return Result([], [], cursor.rowcount)
+            return Result(column_names(cursor), await cursor.fetchall(), cursor.rowcount)
 
 
 class NotOnLoop(Exception):
-    """The task store cannot be reached on the event loop (its database
-    failed there, or it has a role to assume); the request is answered as an
-    outage (503), never served again on a thread."""
+    """The task store failed on the event loop: answered as an outage (503), not retried on a thread."""
 
 
 def loop_available() -> bool:
@@ -161,27 +128,18 @@ def loop_available() -> bool:
     return conn.vendor == "postgresql" and "assume_role" not in conn.settings_dict.get("OPTIONS", {})
 
 
-#: ``application_name`` of the event loop's connections (unless the site's
-#: ``OPTIONS`` name one).
+#: ``application_name`` of the loop's connections (unless ``OPTIONS`` name one), for pg_stat_activity.
 LOOP_APPLICATION_NAME = "mcptasks event loop"
 
 
 class _Pool:
-    """Idle connections of one event loop, at most ``size`` open at once, each
-    kept no longer than the alias's ``CONN_MAX_AGE`` (as Django keeps its own).
-
-    Opened from ``DATABASES`` for the alias the task manager uses, in
-    autocommit: each operation on the loop is one statement. When the
-    database fails (a connection lost to a restart, say), the connection is
-    dropped, so the next call reconnects, and :class:`NotOnLoop` answers
-    the request as the thread path would (a 503 while the database is down).
-    """
+    """One loop's connections for the task manager's alias, in autocommit: at most ``size``
+    open, each kept no longer than ``CONN_MAX_AGE``, dropped when the database fails."""
 
     def __init__(self, alias: str, size: int) -> None:
         conn = connections[alias]
         params = conn.get_connection_params()
         params.pop("cursor_factory", None)  # Django's is synchronous and binds client-side
-        # Named, so pg_stat_activity tells the loop's connections from the threads'.
         params.setdefault("application_name", LOOP_APPLICATION_NAME)
         if params.get("prepare_threshold") is None:
             params["prepare_threshold"] = _ONLY_WHEN_ASKED
@@ -192,35 +150,31 @@ class _Pool:
 
     @contextlib.asynccontextmanager
     async def session(self) -> AsyncIterator[Session]:
-        """One of the pool's connections, for one statement or one transaction."""
         import psycopg
 
         async with self.slots:
             conn, opened = self.idle.pop() if self.idle else (None, 0.0)
+            failed = False
             try:
                 if conn is None or conn.closed:
                     conn = await psycopg.AsyncConnection.connect(**self.params, autocommit=True)
                     opened = time.monotonic()
                 yield Session(conn, self.max_age)
             except psycopg.Error as exc:
-                if conn is not None:
-                    _finish(conn)
+                failed = True
                 raise NotOnLoop("the task store failed on the event loop") from exc
-            except BaseException:
-                # Not the database's failure (a refused answer, a cancelled
-                # request): the connection is kept if its transaction ended.
-                if conn is not None and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                    _finish(conn)
-                elif conn is not None:
-                    self._give_back(conn, opened)
-                raise
-            self._give_back(conn, opened)
-
-    def _give_back(self, conn: Any, opened: float) -> None:
-        if self.max_age is not None and time.monotonic() - opened >= self.max_age:
-            _finish(conn)  # past CONN_MAX_AGE (0: a connection per call, as Django would)
-        else:
-            self.idle.append((conn, opened))
+            finally:
+                # Kept unless the database failed, a transaction was left open (a cancelled
+                # request), or it is past CONN_MAX_AGE (0: one per call, as Django would).
+                if conn is not None:
+                    if (
+                        failed
+                        or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
+                        or (self.max_age is not None and time.monotonic() - opened >= self.max_age)
+                    ):
+                        _finish(conn)
+                    else:
+                        self.idle.append((conn, opened))
 
     def close(self) -> None:
         while self.idle:
@@ -247,18 +201,14 @@ def _pool() -> _Pool:
 
 
 async def aexecute(name: str, params: Mapping[str, Any]) -> Result:
-    """Run the statement ``name`` on the running loop's pool, in autocommit
-    (committed when this returns). ``NotOnLoop`` when the database fails."""
+    """Run ``name`` on the loop's pool, committed when this returns (``NotOnLoop`` if the database fails)."""
     async with _pool().session() as session:
         return await session.execute(name, params)
 
 
 @contextlib.asynccontextmanager
 async def atransaction() -> AsyncIterator[Session]:
-    """One transaction on the running loop's pool, committed when the block
-    ends and rolled back if it raises (``NotOnLoop`` when the database
-    fails). For an operation whose later statements need a row lock's fresh
-    snapshot, which one statement cannot have."""
+    """One transaction on the loop's pool, for statements that need a row lock's fresh snapshot."""
     async with _pool().session() as session, session.conn.transaction():
         yield session
 

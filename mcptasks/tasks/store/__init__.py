@@ -1,17 +1,6 @@
-"""The task store: where the operations of ``creation``, ``runs``,
-``transitions``, ``reads``, ``maintenance`` and ``slots`` write and read.
-
-One backend per process, chosen on first use from the database of Django's
-connection (again only when ``DATABASES`` changes, as in tests), so each
-transition has one writer in a process: on Postgres ``postgres.Postgres``
-(every write the operation's named statement in ``queries.sql``), on every
-other database ``orm.Orm``. The operation modules keep the rules (which
-status may move to which), the public API and the sequence; the store does
-the write, and announces it as its backend knows the row. Both serve the
-async forms: Postgres's on the event loop's own connections (on a thread
-where a role is to be assumed), the ORM's by awaiting the same operation on
-a thread.
-"""
+"""The task store, where the operation modules write and read: one backend per process, chosen
+from Django's connection (again when ``DATABASES`` changes), so each transition has one writer:
+``postgres.Postgres`` (the statements of ``queries.sql``) or, on any other database, ``orm.Orm``."""
 
 from __future__ import annotations
 
@@ -36,7 +25,7 @@ def backend() -> Postgres | Orm:
 
 
 def on_postgres() -> bool:
-    """Whether the process's store is Postgres's statements (reads that have a statement of their own follow it)."""
+    """Whether the process's store is Postgres's statements."""
     return backend().name == "postgres"
 
 

@@ -1,9 +1,6 @@
-"""The Postgres store: each operation is its named statement in
-``queries.sql`` (a few under one row lock for answers), run through ``sql``
-on the thread's connection or, for the ``a*`` forms, on the event loop's.
-The row a statement returns is the row the change is announced with. Where
-the loop's connections cannot be used (a role to assume:
-``sql.loop_available``), the ``a*`` forms await the thread's on a thread."""
+"""The Postgres store: each operation its named statement in ``queries.sql``, run through ``sql``
+on the thread's connection or, for the ``a*`` forms, on the loop's (on a thread where
+``sql.loop_available`` says no). The row a statement returns is the row announced."""
 
 from __future__ import annotations
 
@@ -32,16 +29,17 @@ from ..events import (
 from .orm import Decide
 
 _COLUMNS = [field.attname for field in Task._meta.concrete_fields]
-#: The columns whose values Django adapts for the driver (JSON wrapped,
-#: integers typed by their column); psycopg sends the rest as they are.
+#: The columns whose values Django adapts for the driver; psycopg sends the rest as they are.
 _ADAPTED_FIELDS = [f for f in Task._meta.concrete_fields if isinstance(f, models.JSONField | models.IntegerField)]
+#: Every status, question state and event kind under its own name, and the terminal statuses:
+#: passed to each statement (psycopg ignores the keys a statement does not name).
+_FIXED: dict[str, Any] = {v.value: v.value for kinds in (TaskStatus, InputRequestState, EventKind) for v in kinds}
+_FIXED["terminal"] = sql.strings(TERMINAL_STATUSES)
 
 
 def column_params(task: Task) -> dict[str, Any]:
-    """A new task's columns as a statement's parameters: what the ORM would
-    save (``tests/test_sql_home.py`` holds the two equal), with
-    ``get_db_prep_save`` called only where it changes the value, which saves
-    most of its cost on every creation."""
+    """A new task's columns as parameters, as the ORM would save them (``tests/test_sql_home.py``),
+    ``get_db_prep_save`` called only where it changes the value: most of its cost saved."""
     params = {name: getattr(task, name) for name in _COLUMNS}
     db = connections[Task.objects.db]
     for field in _ADAPTED_FIELDS:
@@ -49,75 +47,61 @@ def column_params(task: Task) -> dict[str, Any]:
     return params
 
 
-def _row(name: str, params: Mapping[str, Any]) -> Task | None:
-    """Run a statement that returns the task as it left it (or nothing)."""
-    cursor = sql.execute(name, params)
-    row = cursor.fetchone()
-    return None if row is None else Task.objects.from_row(sql.column_names(cursor), row)
+def _run(name: str, **params: Any) -> sql.Result:
+    """``name`` on the thread's connection, its rows read."""
+    cursor = sql.execute(name, {**_FIXED, **params})
+    if cursor.description is None:
+        return sql.Result([], [], cursor.rowcount)
+    return sql.Result(sql.column_names(cursor), cursor.fetchall(), cursor.rowcount)
 
 
-def _lookup_task(names: Sequence[str], row: Sequence[Any] | None, fields: int) -> Task | None:
-    return None if row is None else Task.objects.from_row(names[:fields], row[:fields])
+async def _arun(name: str, **params: Any) -> sql.Result:
+    """``name`` on the loop's connections, or on a thread where the loop cannot reach the store."""
+    if not sql.loop_available():
+        return await on_a_thread(lambda: _run(name, **params))
+    return await sql.aexecute(name, {**_FIXED, **params})
+
+
+def _task(result: sql.Result, columns: int | None = None) -> Task | None:
+    """The task of the result's row (its first ``columns``), or ``None``."""
+    row = result.first()
+    return None if row is None else Task.objects.from_row(result.names[:columns], row[:columns])
 
 
 class Postgres:
-    """Every operation one named statement (module docstring)."""
-
     name = "postgres"
 
     # Creation ----------------------------------------------------------------
 
     def _create_params(
-        self, task: Task, actor: str, detail: Mapping[str, Any], answered: Mapping[str, Any]
-    ) -> dict[str, Any]:
-        """``task_create``'s parameters, but for the quota's."""
-        params = column_params(task)
-        answers = {key: {"method": a.method, "params": a.params, "response": a.response} for key, a in answered.items()}
-        params.update(
-            kind=EventKind.CREATED.value,
-            actor=actor,
-            detail=sql.db_value(TaskEvent, "detail", dict(detail)),
-            answers=sql.db_value(InputRequest, "params", answers),
-            answered=InputRequestState.ANSWERED.value,
-        )
-        return params
-
-    def _created_statement(
-        self, task: Task, actor: str, detail: Mapping[str, Any], answered: Mapping[str, Any]
+        self, task: Task, actor: str, detail: Mapping[str, Any], answered: Mapping[str, Any], exclusive: bool = False
     ) -> dict[str, Any] | None:
-        """``task_create``'s parameters far below the owner's quota (its lock
-        shared), or ``None`` when the quota is too small for a creation to
-        share its lock."""
+        """``task_create``'s parameters: far below the owner's quota under its lock shared;
+        ``None`` near it, unless the caller holds the lock alone (``exclusive``)."""
         limit = settings.MAX_ACTIVE_TASKS_PER_OWNER
-        if limit is not None and limit <= quota.QUOTA_LOCK_MARGIN:
-            return None
-        params = self._create_params(task, actor, detail, answered)
-        if limit is None:
-            params.update(lock_key=None, below=None)
-        else:
-            params.update(lock_key=quota.quota_lock_key(task.owner), below=limit - quota.QUOTA_LOCK_MARGIN)
+        lock_key, below = None, limit
+        if limit is not None and not exclusive:
+            if limit <= quota.QUOTA_LOCK_MARGIN:
+                return None
+            lock_key, below = quota.quota_lock_key(task.owner), limit - quota.QUOTA_LOCK_MARGIN
+        answers = {key: {"method": a.method, "params": a.params, "response": a.response} for key, a in answered.items()}
+        params = {**column_params(task), "actor": actor, "lock_key": lock_key, "below": below}
+        params["answers"] = sql.db_value(InputRequest, "params", answers)
+        params["detail"] = sql.db_value(TaskEvent, "detail", dict(detail))
         return params
 
     def insert_created(self, task: Task, actor: str, detail: Mapping[str, Any], answered: Mapping[str, Any]) -> None:
-        """Count the task in its owner's quota, insert it, its answers and its
-        ``created`` event (``task_create``; its own transaction, or the
-        caller's), or raise ``TooManyActiveTasks``.
-
-        Far below the quota the statement takes the owner's lock shared and
-        holds it until it commits, so an exclusive checker still waits for this
-        creation before it reads the count. Near it (where the statement inserts
-        nothing), the owner's lock is taken alone (``quota_lock_exclusive``),
-        which waits for every creation in flight, and the same statement counts
-        afresh under it, against the quota itself.
-        """
-        params = self._created_statement(task, actor, detail, answered)
-        if params is None or sql.execute("task_create", params).rowcount != 1:
+        """``task_create``, near the quota under the owner's lock alone (docs/architecture.md), or
+        ``TooManyActiveTasks``."""
+        params = self._create_params(task, actor, detail, answered)
+        if params is None or _run("task_create", **params).rowcount != 1:
             limit = settings.MAX_ACTIVE_TASKS_PER_OWNER
             assert limit is not None, "without a quota the statement always inserts"
             with transaction.atomic():
-                sql.execute("quota_lock_exclusive", {"lock_key": quota.quota_lock_key(task.owner)})
-                params = {**self._create_params(task, actor, detail, answered), "lock_key": None, "below": limit}
-                if sql.execute("task_create", params).rowcount != 1:
+                _run("quota_lock_exclusive", lock_key=quota.quota_lock_key(task.owner))
+                params = self._create_params(task, actor, detail, answered, exclusive=True)
+                assert params is not None, "the exclusive lock is held"
+                if _run("task_create", **params).rowcount != 1:
                     raise quota.TooManyActiveTasks(limit)
         task._state.adding = False
         task._state.db = connection.alias
@@ -125,19 +109,15 @@ class Postgres:
     async def acreate(
         self, task: Task, actor: str, detail: Mapping[str, Any], create: Callable[[], Task]
     ) -> Task | None:
-        """``task_create`` on the event loop, in autocommit, then (committed)
-        the same signals, then the run's publish through
-        ``dispatch.loop_sender``. ``None``, having done nothing, near the
-        owner's quota (the caller then creates on a thread); where the loop
-        cannot write, the whole creation on a thread (its quota's refusal
-        raised, as there)."""
+        """``task_create`` on the loop, then (committed) its signals and the run's publish.
+        ``None``, having done nothing, near the quota; ``create`` on a thread off the loop."""
         if not sql.loop_available():
             return await on_a_thread(create)
         send = dispatch.loop_sender()
         if send is None:
             raise RuntimeError("no runtime installed that sends runs from the event loop")
-        params = self._created_statement(task, actor, detail, {})
-        if params is None or (await sql.aexecute("task_create", params)).rowcount != 1:
+        params = self._create_params(task, actor, detail, {})
+        if params is None or (await sql.aexecute("task_create", {**_FIXED, **params})).rowcount != 1:
             return None
         task._state.adding = False
         task._state.db = Task.objects.db
@@ -149,84 +129,46 @@ class Postgres:
     # Reads ---------------------------------------------------------------------
 
     @staticmethod
-    def _poll_params(task_id: str, owner: str, actor: str) -> dict[str, Any]:
-        return {
-            "task_id": task_id,
-            "owner": owner,
-            "now": timezone.now(),
-            "terminal": sql.strings(TERMINAL_STATUSES),
-            "kind": EventKind.RESULT_RETRIEVED.value,
-            "actor": actor,
-        }
+    def _poll(task_id: str, owner: str, actor: str) -> dict[str, Any]:
+        return {"task_id": task_id, "owner": owner, "now": timezone.now(), "actor": actor}
 
     def lookup(self, task_id: str, owner: str, fields: Sequence[str]) -> Task | None:
-        cursor = sql.execute("task_lookup", {"task_id": task_id, "owner": owner})
-        return _lookup_task(sql.column_names(cursor), cursor.fetchone(), len(fields))
+        return _task(_run("task_lookup", task_id=task_id, owner=owner), len(fields))
 
     def poll(self, task_id: str, owner: str, fields: Sequence[str], *, actor: str) -> Task | None:
-        cursor = sql.execute("task_poll", self._poll_params(task_id, owner, actor))
-        return _lookup_task(sql.column_names(cursor), cursor.fetchone(), len(fields))
+        return _task(_run("task_poll", **self._poll(task_id, owner, actor)), len(fields))
 
     async def alookup(self, task_id: str, owner: str, fields: Sequence[str]) -> Task | None:
-        if not sql.loop_available():
-            return await on_a_thread(lambda: self.lookup(task_id, owner, fields))
-        result = await sql.aexecute("task_lookup", {"task_id": task_id, "owner": owner})
-        return _lookup_task(result.names, result.first(), len(fields))
+        return _task(await _arun("task_lookup", task_id=task_id, owner=owner), len(fields))
 
     async def apoll(self, task_id: str, owner: str, fields: Sequence[str], *, actor: str) -> Task | None:
-        if not sql.loop_available():
-            return await on_a_thread(lambda: self.poll(task_id, owner, fields, actor=actor))
-        result = await sql.aexecute("task_poll", self._poll_params(task_id, owner, actor))
-        return _lookup_task(result.names, result.first(), len(fields))
+        return _task(await _arun("task_poll", **self._poll(task_id, owner, actor)), len(fields))
 
     def mark_outcome_read(self, task: Task, fields: Sequence[str], *, actor: str) -> bool:
-        cursor = sql.execute("task_poll", self._poll_params(task.id, task.owner, actor))
-        row = cursor.fetchone()
-        read = _lookup_task(sql.column_names(cursor), row, len(fields))
+        result = _run("task_poll", **self._poll(task.id, task.owner, actor))
+        read = _task(result, len(fields))
         task.outcome_read_at = read.outcome_read_at if read is not None else task.outcome_read_at
-        return bool(row is not None and row[-1])
+        return bool(read is not None and result.first()[-1])
 
     # Runs ----------------------------------------------------------------------
 
     def claim(
         self, task_id: str, *, worker: str, actor: str, now: datetime, lease: datetime
     ) -> tuple[Task, dict[str, Any]] | None:
-        params = {
-            "task_id": task_id,
-            "worker": worker,
-            "lease": lease,
-            "now": now,
-            "working": TaskStatus.WORKING.value,
-            "kind": EventKind.RUN_STARTED.value,
-            "actor": actor,
-            "answered": InputRequestState.ANSWERED.value,
-        }
-        cursor = sql.execute("run_claim", params)
-        row = cursor.fetchone()
-        if row is None:
+        result = _run("run_claim", task_id=task_id, worker=worker, lease=lease, now=now, actor=actor)
+        task = _task(result, -1)
+        if task is None:
             return None
-        answers = json.loads(row[-1]) if isinstance(row[-1], str) else row[-1]
-        return Task.objects.from_row(sql.column_names(cursor)[:-1], row[:-1]), answers or {}
+        answers = result.first()[-1]
+        return task, (json.loads(answers) if isinstance(answers, str) else answers) or {}
 
     def renew_leases(self, runs: dict[str, str], lease: datetime) -> set[str]:
-        params = {
-            "task_ids": list(set(runs.values())),
-            "workers": list(runs),
-            "lease": lease,
-            "working": TaskStatus.WORKING.value,
-        }
-        return {row[0] for row in sql.execute("lease_renew", params).fetchall()}
+        result = _run("lease_renew", task_ids=list(set(runs.values())), workers=list(runs), lease=lease)
+        return {row[0] for row in result.rows}
 
     def set_status_message(self, task_id: str, message: str, *, worker: str, actor: str, progress: Any) -> bool:
-        now = timezone.now()
-        params = {
-            "task_id": task_id,
-            "message": message,
-            "now": now,
-            "working": TaskStatus.WORKING.value,
-            "worker": worker,
-        }
-        task = _row("run_status_message", params)
+        params = {"task_id": task_id, "message": message, "now": timezone.now(), "worker": worker}
+        task = _task(_run("run_status_message", **params))
         if task is None:
             return False
         transaction.on_commit(
@@ -235,30 +177,20 @@ class Postgres:
         return True
 
     def release(self, task_id: str, *, worker: str) -> None:
-        sql.execute("lease_release", {"task_id": task_id, "worker": worker, "now": timezone.now()})
+        _run("lease_release", task_id=task_id, worker=worker, now=timezone.now())
 
     def schedule_retry(
         self, task_id: str, *, worker: str, actor: str, now: datetime, due: datetime, message: str, detail: Any
     ) -> bool:
-        params = {
-            "task_id": task_id,
-            "worker": worker,
-            "working": TaskStatus.WORKING.value,
-            "now": now,
-            "due": due,
-            "message": message,
-            "kind": EventKind.TOOL_RETRY.value,
-            "actor": actor,
-            "detail": sql.db_value(TaskEvent, "detail", detail),
-        }
-        task = _row("run_retry", params)
+        params = {"task_id": task_id, "worker": worker, "now": now, "due": due, "message": message, "actor": actor}
+        detail = sql.db_value(TaskEvent, "detail", detail)
+        task = _task(_run("run_retry", **params, detail=detail))
         if task is not None:
             announce(task_id, TaskStatus.WORKING, TaskStatus.WORKING, actor, STATUS_MESSAGE, task=task)
         return task is not None
 
     def wait_for_slot(self, task_id: str, *, now: datetime, due: datetime, message: str) -> bool:
-        params = {"task_id": task_id, "working": TaskStatus.WORKING.value, "now": now, "due": due, "message": message}
-        task = _row("run_slot_wait", params)
+        task = _task(_run("run_slot_wait", task_id=task_id, now=now, due=due, message=message))
         if task is not None and task.updated_at == now:
             announce(task_id, TaskStatus.WORKING, TaskStatus.WORKING, SYSTEM, STATUS_MESSAGE, task=task)
         return task is not None
@@ -278,22 +210,10 @@ class Postgres:
         message: str,
         tool_error: bool,
     ) -> bool:
-        """``run_finish``: the lease holder's task is ``working`` (the caller
-        checked that the rule lets ``working`` move to ``to``)."""
-        params = {
-            "task_id": task_id,
-            "to": str(to),
-            "now": timezone.now(),
-            "result": sql.db_value(Task, "result", result),
-            "error": sql.db_value(Task, "error", error),
-            "message": message,
-            "working": TaskStatus.WORKING.value,
-            "worker": worker,
-            "kind": EventKind.TRANSITION.value,
-            "actor": actor,
-            "tool_error": tool_error,
-        }
-        task = _row("run_finish", params)
+        """``run_finish`` (the caller checked that the rule lets ``working`` move to ``to``)."""
+        values = {"result": sql.db_value(Task, "result", result), "error": sql.db_value(Task, "error", error)}
+        params = {"task_id": task_id, "to": str(to), "now": timezone.now(), "message": message, "worker": worker}
+        task = _task(_run("run_finish", **params, **values, actor=actor, tool_error=tool_error))
         if task is None:
             return False
         announce(task_id, TaskStatus.WORKING, to, actor, EventKind.TRANSITION, task=task)
@@ -301,42 +221,14 @@ class Postgres:
         return True
 
     @staticmethod
-    def _end_params(
-        task_id: str,
-        to: str,
-        allowed: list[str],
-        actor: str,
-        message: str,
-        error: dict[str, Any] | None,
-        lapsed_at: datetime | None,
+    def _end(
+        task_id: str, to: str, allowed: list[str], actor: str, message: str, error: Any, lapsed_at: datetime | None
     ) -> dict[str, Any]:
         now = timezone.now()
         cancelled = to == TaskStatus.CANCELLED
-        return {
-            "task_id": task_id,
-            "from": allowed,
-            "to": str(to),
-            "now": now,
-            "actor": actor,
-            "message": message,
-            "error": sql.db_value(Task, "error", error),
-            "cancelled_at": now if cancelled else None,
-            "cancelled_by": actor if cancelled else None,
-            "lapsed_at": lapsed_at,
-            "kind": EventKind.TRANSITION.value,
-            "withdrawn": InputRequestState.WITHDRAWN.value,
-            "input_required": TaskStatus.INPUT_REQUIRED.value,
-            "pending": InputRequestState.PENDING.value,
-        }
-
-    @staticmethod
-    def _ended(names: list[str], row: Any, *, committed: bool) -> tuple[Task, str] | None:
-        """The row ``task_end`` left and the status it left, counted; ``None`` when nothing moved."""
-        if row is None:
-            return None
-        task = Task.objects.from_row(names[:-1], row[:-1])
-        metrics.task_finished(task.tool_name, task.status, committed=committed)
-        return task, row[-1]
+        by = {"cancelled_at": now if cancelled else None, "cancelled_by": actor if cancelled else None}
+        params = {"task_id": task_id, "allowed": allowed, "to": str(to), "now": now, "actor": actor, "message": message}
+        return {**params, **by, "error": sql.db_value(Task, "error", error), "lapsed_at": lapsed_at}
 
     def end(
         self,
@@ -349,22 +241,24 @@ class Postgres:
         error: dict[str, Any] | None = None,
         lapsed_at: datetime | None = None,
     ) -> bool:
-        """``task_end``."""
-        cursor = sql.execute("task_end", self._end_params(task_id, to, allowed, actor, message, error, lapsed_at))
-        ended = self._ended(sql.column_names(cursor), cursor.fetchone(), committed=False)
-        if ended is not None:
-            announce(task_id, ended[1], ended[0].status, actor, EventKind.TRANSITION, task=ended[0])
-        return ended is not None
+        result = _run("task_end", **self._end(task_id, to, allowed, actor, message, error, lapsed_at))
+        task = _task(result, -1)
+        if task is not None:
+            metrics.task_finished(task.tool_name, task.status, committed=False)
+            announce(task_id, result.first()[-1], task.status, actor, EventKind.TRANSITION, task=task)
+        return task is not None
 
     async def aend(self, task_id: str, to: str, *, allowed: list[str], actor: str, message: str) -> bool:
         """``task_end`` on the event loop, in autocommit."""
         if not sql.loop_available():
             return await on_a_thread(lambda: self.end(task_id, to, allowed=allowed, actor=actor, message=message))
-        result = await sql.aexecute("task_end", self._end_params(task_id, to, allowed, actor, message, None, None))
-        ended = self._ended(result.names, result.first(), committed=True)
-        if ended is not None:
-            await aannounce_committed(ended[0], ended[1], actor, EventKind.TRANSITION)
-        return ended is not None
+        params = {**_FIXED, **self._end(task_id, to, allowed, actor, message, None, None)}
+        result = await sql.aexecute("task_end", params)
+        task = _task(result, -1)
+        if task is not None:
+            metrics.task_finished(task.tool_name, task.status, committed=True)
+            await aannounce_committed(task, result.first()[-1], actor, EventKind.TRANSITION)
+        return task is not None
 
     def request_input(
         self,
@@ -378,56 +272,34 @@ class Postgres:
     ) -> bool:
         """``input_request`` (the caller checked that the rule lets ``working`` ask)."""
         asked = {key: {"method": req["method"], "params": req.get("params", {})} for key, req in requests.items()}
-        params = {
-            "task_id": task_id,
-            "now": timezone.now(),
-            "worker": worker,
-            "message": message,
-            "working": TaskStatus.WORKING.value,
-            "input_required": TaskStatus.INPUT_REQUIRED.value,
-            "pending": InputRequestState.PENDING.value,
-            "requests": sql.db_value(InputRequest, "params", asked),
-            "kind": EventKind.TRANSITION.value,
-            "actor": actor,
-            "detail": sql.db_value(TaskEvent, "detail", {"keys": sorted(requests)}),
-        }
-        task = _row("input_request", params)
+        params = {"task_id": task_id, "now": timezone.now(), "worker": worker, "message": message, "actor": actor}
+        params["requests"] = sql.db_value(InputRequest, "params", asked)
+        params["detail"] = sql.db_value(TaskEvent, "detail", {"keys": sorted(requests)})
+        task = _task(_run("input_request", **params))
         if task is None:
             return False
         announce(task_id, TaskStatus.WORKING, TaskStatus.INPUT_REQUIRED, actor, EventKind.TRANSITION, task=task)
         return True
 
     @staticmethod
-    def _answer_params(
+    def _answer(
         task_id: str, responses: Mapping[str, Any], accepted: list[str], resume: bool, actor: str
     ) -> dict[str, Any]:
-        return {
-            "task_id": task_id,
-            "now": timezone.now(),
-            "actor": actor,
-            "answers": sql.db_value(InputRequest, "response", {key: responses[key] for key in accepted}),
-            "answered": InputRequestState.ANSWERED.value,
-            "pending": InputRequestState.PENDING.value,
-            "resume": resume,
-            "working": TaskStatus.WORKING.value,
-            "input_required": TaskStatus.INPUT_REQUIRED.value,
-            "input": EventKind.INPUT.value,
-            "transition": EventKind.TRANSITION.value,
-            "detail": sql.db_value(TaskEvent, "detail", {"keys": accepted}),
-        }
+        answers = sql.db_value(InputRequest, "response", {key: responses[key] for key in accepted})
+        detail = sql.db_value(TaskEvent, "detail", {"keys": accepted})
+        return dict(task_id=task_id, now=timezone.now(), actor=actor, answers=answers, resume=resume, detail=detail)
 
     def submit_input(self, task_id: str, responses: Mapping[str, Any], *, actor: str, decide: Decide) -> list[str]:
         """``task_lock``, ``input_pending``, ``input_answer``, in one transaction."""
         with transaction.atomic():
-            locked = sql.execute("task_lock", {"task_id": task_id}).fetchone()
+            locked = _run("task_lock", task_id=task_id).first()
             if locked is None:
                 return []
-            cursor = sql.execute("input_pending", {"task_id": task_id, "pending": InputRequestState.PENDING.value})
-            answer = decide(locked[0], cursor.fetchall())
+            answer = decide(locked[0], _run("input_pending", task_id=task_id).rows)
             if answer is None:
                 return []
             accepted, resume, _ = answer
-            task = _row("input_answer", self._answer_params(task_id, responses, accepted, resume, actor))
+            task = _task(_run("input_answer", **self._answer(task_id, responses, accepted, resume, actor)))
             if resume:
                 announce(task_id, locked[0], TaskStatus.WORKING, actor, EventKind.TRANSITION, task=task)
                 dispatch.enqueue_after_commit(task_id)
@@ -438,8 +310,7 @@ class Postgres:
     async def asubmit_input(
         self, task_id: str, responses: Mapping[str, Any], *, actor: str, decide: Decide
     ) -> list[str]:
-        """``submit_input``'s statements on the event loop, in one
-        transaction. Once committed, a resumed task's run is published from
+        """``submit_input`` on the loop; once committed, a resumed task's run is published from
         the loop (the caller checks that a loop sender is installed)."""
         if not sql.loop_available():
             return await on_a_thread(lambda: self.submit_input(task_id, responses, actor=actor, decide=decide))
@@ -447,12 +318,12 @@ class Postgres:
             locked = (await db.execute("task_lock", {"task_id": task_id})).first()
             if locked is None:
                 return []
-            pending_state = {"task_id": task_id, "pending": InputRequestState.PENDING.value}
-            answer = decide(locked[0], (await db.execute("input_pending", pending_state)).rows)
+            answer = decide(locked[0], (await db.execute("input_pending", {**_FIXED, "task_id": task_id})).rows)
             if answer is None:
                 return []
             accepted, resume, pending = answer
-            left = await db.execute("input_answer", self._answer_params(task_id, responses, accepted, resume, actor))
+            answered = {**_FIXED, **self._answer(task_id, responses, accepted, resume, actor)}
+            left = await db.execute("input_answer", answered)
         task = Task.objects.from_row(left.names, left.first())
         if resume:
             await aannounce_committed(task, locked[0], actor, EventKind.TRANSITION)
@@ -467,48 +338,27 @@ class Postgres:
     # Maintenance ---------------------------------------------------------------
 
     def redispatch(self, task_id: str, *, attempts: int, now: datetime) -> bool:
-        params = {
-            "task_id": task_id,
-            "now": now,
-            "attempts": attempts,
-            "working": TaskStatus.WORKING.value,
-            "kind": EventKind.REDISPATCHED.value,
-            "actor": SYSTEM,
-        }
-        return bool(sql.execute("run_redispatch", params).rowcount)
+        return bool(_run("run_redispatch", task_id=task_id, now=now, attempts=attempts, actor=SYSTEM).rowcount)
 
     def delete_expired_batch(self, now: datetime, size: int) -> int:
-        """``prune_batch``: the batch's rows and every row that refers to them.
-
-        Django's delete collector would first load each doomed task, with its
-        arguments and result, to cascade in Python. Rows some other transaction
-        holds (an outcome being marked read) are skipped, not waited for.
-        """
-        params = {"terminal": sql.strings(TERMINAL_STATUSES), "now": now, "size": size}
-        return int(sql.execute("prune_batch", params).rowcount)
+        """``prune_batch``, where Django's delete collector would load each task to cascade in Python."""
+        return _run("prune_batch", now=now, size=size).rowcount
 
     def mark_expired(self, task_id: str, *, now: datetime, actor: str) -> None:
-        params = {
-            "task_id": task_id,
-            "now": now,
-            "terminal": sql.strings(TERMINAL_STATUSES),
-            "kind": EventKind.EXPIRED.value,
-            "actor": actor,
-        }
-        sql.execute("task_expire", params)
+        _run("task_expire", task_id=task_id, now=now, actor=actor)
 
     # Concurrency slots -----------------------------------------------------------
 
     def take_slot(
         self, tool_name: str, limit: int, *, task_id: str, worker: str, now: datetime, lease: datetime
     ) -> int | None:
-        sql.execute("slot_rows", {"tool": tool_name, "limit": limit})
-        params = {"tool": tool_name, "limit": limit, "task_id": task_id, "worker": worker, "lease": lease, "now": now}
-        row = sql.execute("slot_take", params).fetchone()
+        tool = {"tool": tool_name, "limit": limit}
+        _run("slot_rows", **tool)
+        row = _run("slot_take", **tool, task_id=task_id, worker=worker, lease=lease, now=now).first()
         return None if row is None else int(row[0])
 
     def renew_slots(self, workers: list[str], lease: datetime) -> None:
-        sql.execute("slot_renew", {"lease": lease, "workers": workers})
+        _run("slot_renew", lease=lease, workers=workers)
 
     def free_slot(self, worker: str) -> None:
-        sql.execute("slot_free", {"worker": worker})
+        _run("slot_free", worker=worker)
