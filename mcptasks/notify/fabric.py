@@ -1,14 +1,6 @@
-"""The notification fabric: committed task changes, pushed through the Channels
-layer to whoever listens (``subscriptions/listen`` streams, legacy session
-streams, blocked ``tasks/result`` calls).
-
-Publishing happens after commit, from any process that changes a task (web,
-worker, admin, commands). Each message carries the task as it was committed by
-that change, so a listener sees every transition, not just the latest state.
-Within a process, publishes leave in commit order through a single queue.
-
-Polling never depends on this: a lost notification only costs latency.
-"""
+"""Committed task changes, pushed through the Channels layer to whoever listens (``subscriptions/listen``,
+legacy session streams, blocked ``tasks/result``). Each message carries the task as that change committed it;
+within a process they leave in commit order. Polling never depends on this: a lost one only costs latency."""
 
 from __future__ import annotations
 
@@ -36,12 +28,8 @@ def task_group(task_id: str) -> str:
 
 
 class _Publisher:
-    """Sends messages to the channel layer, in order, from sync code.
-
-    Messages go through one asyncio queue per loop: the web process's own loop
-    when it has one (so in-memory layers work and connections are reused), or
-    a private background loop otherwise (workers, commands).
-    """
+    """Sends messages to the layer in order from sync code, through one queue on the web process's loop
+    (so in-memory layers work and connections are reused) or a private loop (workers, commands)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -84,10 +72,7 @@ class _Publisher:
             layer = get_channel_layer()  # per message: the site's layer may be replaced (settings change)
             message = {"type": MESSAGE_TYPE, "group": group, **payload}
             if "task_id" in payload and "at" in payload:
-                # Listeners on this loop hear a change at once, not after a trip
-                # through the layer that a later change committed elsewhere (a
-                # worker's) could overtake; the copy the layer brings back is
-                # dropped as already seen (TaskOrder).
+                # At once: a later change from elsewhere could overtake the layer's trip (TaskOrder drops the copy).
                 _deliver_locally(message)
             if layer is None:  # publish() enqueues only while a layer is configured
                 continue
@@ -105,10 +90,8 @@ def publish_task(task_id: str, payload: dict[str, Any]) -> None:
 
 
 def is_followed(group: str) -> bool:
-    """Whether a change committed to ``group`` is worth publishing: someone
-    listens to it (``followers``). Ask only after the change is committed.
-    On an event loop's thread the answer is yes without asking, so as not to
-    block the loop on a round trip; the publish then costs what it always did."""
+    """Whether a change committed to ``group`` has a follower (ask after the commit). On a loop's thread: yes
+    without asking, not to block it on a round trip."""
     layer = get_channel_layer()
     if layer is None:
         return False
@@ -130,7 +113,7 @@ def publish_list_changed(group: str) -> None:
 
 
 def _group_of(message: dict[str, Any]) -> str | None:
-    """The group a message was sent to (publishers name it; older ones did not)."""
+    """The group a message was sent to (older publishers did not name it)."""
     group: str | None = message.get("group")
     if group:
         return group
@@ -146,17 +129,8 @@ WAKE_SECONDS = 2.0
 
 
 class _Hub:
-    """Everything one event loop listens to, on one channel of the layer.
-
-    The listeners of a loop (one per stream) share that channel and a single
-    receive loop, which hands each message to the listeners of its group. A
-    group is joined once however many local streams follow it, and the
-    memberships are renewed together every ``KEEPALIVE_SECONDS``. The
-    blocking receive on the layer is never cancelled while anyone listens: a
-    cancelled receive can swallow the message it was popping
-    (channels-redis's BZPOPMIN), and a stream's keep-alive timeout now only
-    waits on its own local queue.
-    """
+    """Everything one event loop listens to, on one channel of the layer and one receive loop
+    (docs/architecture.md, notify/)."""
 
     def __init__(self, layer: Any) -> None:
         self.layer = layer
@@ -231,9 +205,8 @@ class _Hub:
                 self._renewer.cancel()
             receiver = self._receiver
             if receiver is not None and not receiver.done():
-                # Wake the receive loop so that it ends by itself (see the class
-                # docstring), and see it end: the layer allows one receiving
-                # loop at a time, and this loop may close once the stream ends.
+                # Wake the receive loop to end by itself, and see it end: the layer allows one receiving loop
+                # at a time, and this loop may close once the stream ends.
                 try:
                     await self.layer.send(self.channel, {"type": "mcptasks.wake"})
                     await asyncio.wait({receiver}, timeout=WAKE_SECONDS)
@@ -251,8 +224,7 @@ class _Hub:
             try:
                 message = await self.layer.receive(self.channel)
             except Exception as exc:
-                # The layer's own client timed out while blocking for a message
-                # (redis-py reads with a socket timeout): nothing arrived yet.
+                # The layer's client timed out blocking for a message (a socket timeout): nothing arrived yet.
                 if "timeout" not in type(exc).__name__.lower():
                     logger.warning("channel layer receive failed", exc_info=True)
                     await asyncio.sleep(1.0)
@@ -302,10 +274,7 @@ def _hub(layer: Any) -> _Hub:
 
 
 class Listener:
-    """A subscription to some groups on the channel layer, for one stream.
-
-    Messages reach it through its loop's hub (:class:`_Hub`) and wait in a
-    local queue until the stream reads them."""
+    """One stream's subscription to some groups: messages come from its loop's hub and wait in a queue."""
 
     def __init__(self, groups: Iterable[str]) -> None:
         self.groups = list(dict.fromkeys(groups))
@@ -345,14 +314,8 @@ class Listener:
         except TimeoutError:
             return None
 
-    async def messages(self, keepalive: float) -> AsyncIterator[dict[str, Any] | None]:
-        """Messages as they come; ``None`` after each idle ``keepalive`` period."""
-        while True:
-            yield await self.receive(keepalive)
 
-
-# Shutdown: streams end gracefully when the server stops.
-
+#: Set when the server stops: streams end gracefully.
 _shutdown_events: dict[asyncio.AbstractEventLoop, asyncio.Event] = {}
 
 
