@@ -5,16 +5,17 @@ within a process they leave in commit order. Polling never depends on this: a lo
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import threading
-from collections.abc import AsyncIterator, Iterable
+import weakref
+from collections.abc import Awaitable, Iterable
 from typing import Any
 
 from channels.layers import get_channel_layer
 
 from ..conf import settings
 from . import followers
+from .shutdown import begin_shutdown as begin_shutdown  # worker.runner's import
 
 logger = logging.getLogger("mcptasks.notify")
 
@@ -137,25 +138,17 @@ class _Hub:
         self.followers = followers.registry_of(layer)
         self.channel: str | None = None
         self.members: dict[str, set[Listener]] = {}
-        self._guards: dict[str, list[Any]] = {}
+        #: One membership change of a group at a time (join, leave, renew); a lock lives while in use.
+        self._guards: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._channel_lock = asyncio.Lock()
         self._receiver: asyncio.Task[None] | None = None
         self._renewer: asyncio.Task[None] | None = None
 
-    @contextlib.asynccontextmanager
-    async def _guard(self, group: str) -> AsyncIterator[None]:
-        """One membership change of ``group`` at a time (join, leave, renew)."""
-        entry = self._guards.get(group)
-        if entry is None:
-            entry = self._guards[group] = [asyncio.Lock(), 0]
-        entry[1] += 1
-        try:
-            async with entry[0]:
-                yield
-        finally:
-            entry[1] -= 1
-            if not entry[1]:
-                del self._guards[group]
+    def _guard(self, group: str) -> asyncio.Lock:
+        lock = self._guards.get(group)
+        if lock is None:
+            lock = self._guards[group] = asyncio.Lock()
+        return lock
 
     async def join(self, listener: Listener) -> None:
         async with self._channel_lock:
@@ -191,15 +184,9 @@ class _Hub:
                 if members:
                     continue
                 del self.members[group]
-                try:
-                    await self.layer.group_discard(group, self.channel)
-                except Exception:
-                    logger.debug("group_discard failed", exc_info=True)
-                try:
-                    if self.followers is not None and self.channel is not None:
-                        await self.followers.unregister([group], self.channel)
-                except Exception:  # the registration lapses by itself
-                    logger.debug("unregistering a follower failed", exc_info=True)
+                await _quietly("group_discard", self.layer.group_discard(group, self.channel))
+                if self.followers is not None and self.channel is not None:
+                    await _quietly("unregistering a follower", self.followers.unregister([group], self.channel))
         if not self.members:
             if self._renewer is not None:
                 self._renewer.cancel()
@@ -239,17 +226,19 @@ class _Hub:
         """Re-join every group now and then: the layer expires memberships."""
         while self.members:
             await asyncio.sleep(settings.KEEPALIVE_SECONDS)
-            try:
-                await self._follow(list(self.members))
-            except Exception:
-                logger.debug("renewing the followers failed", exc_info=True)
+            await _quietly("renewing the followers", self._follow(list(self.members)))
             for group in list(self.members):
                 async with self._guard(group):
                     if group in self.members:
-                        try:
-                            await self.layer.group_add(group, self.channel)
-                        except Exception:
-                            logger.debug("group_add failed", exc_info=True)
+                        await _quietly("group_add", self.layer.group_add(group, self.channel))
+
+
+async def _quietly(what: str, action: Awaitable[Any]) -> None:
+    """A membership change whose failure is made good later (renewed, or lapsed)."""
+    try:
+        await action
+    except Exception:
+        logger.debug("%s failed", what, exc_info=True)
 
 
 _hubs_lock = threading.Lock()
@@ -281,12 +270,11 @@ class Listener:
         self.layer = get_channel_layer()
         self.channel: str | None = None
         self._hub: _Hub | None = None
-        self._queue: asyncio.Queue[dict[str, Any]] | None = None
+        self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()  # stays empty without a layer
 
     async def __aenter__(self) -> Listener:
         publisher.adopt_loop(asyncio.get_running_loop())
         if self.layer is not None:
-            self._queue = asyncio.Queue()
             hub = _hub(self.layer)
             await hub.join(self)
             self._hub, self.channel = hub, hub.channel
@@ -299,36 +287,13 @@ class Listener:
 
     def deliver(self, message: dict[str, Any]) -> None:
         """From the hub: a message of one of this listener's groups."""
-        assert self._queue is not None
         if self._queue.qsize() >= LISTENER_CAPACITY:  # a stream that stopped reading
             self._queue.get_nowait()
         self._queue.put_nowait(message)
 
     async def receive(self, timeout: float) -> dict[str, Any] | None:
         """The next message, or ``None`` after ``timeout`` seconds."""
-        if self._queue is None:
-            await asyncio.sleep(timeout)
-            return None
         try:
             return await asyncio.wait_for(self._queue.get(), timeout)
         except TimeoutError:
             return None
-
-
-#: Set when the server stops: streams end gracefully.
-_shutdown_events: dict[asyncio.AbstractEventLoop, asyncio.Event] = {}
-
-
-def shutdown_event() -> asyncio.Event:
-    loop = asyncio.get_running_loop()
-    event = _shutdown_events.get(loop)
-    if event is None:
-        event = _shutdown_events[loop] = asyncio.Event()
-    return event
-
-
-def begin_shutdown() -> None:
-    """Ask every open stream in this process to close gracefully."""
-    for loop, event in list(_shutdown_events.items()):
-        if not loop.is_closed():
-            loop.call_soon_threadsafe(event.set)

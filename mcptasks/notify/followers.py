@@ -9,7 +9,7 @@ import logging
 import threading
 import time
 import weakref
-from typing import Any, Protocol
+from typing import Any
 
 logger = logging.getLogger("mcptasks.notify")
 
@@ -17,12 +17,6 @@ logger = logging.getLogger("mcptasks.notify")
 LAPSE_PERIODS = 3
 #: The publisher's check gives up after this long and publishes.
 CHECK_TIMEOUT_SECONDS = 2.0
-
-
-class Registry(Protocol):
-    async def register(self, groups: list[str], member: str, ttl: float) -> None: ...
-    async def unregister(self, groups: list[str], member: str) -> None: ...
-    def is_followed(self, group: str) -> bool: ...
 
 
 class InProcessRegistry:
@@ -40,11 +34,10 @@ class InProcessRegistry:
     async def unregister(self, groups: list[str], member: str) -> None:
         with self._lock:
             for group in groups:
-                members = self._members.get(group)
-                if members is not None:
-                    members.discard(member)
-                    if not members:
-                        del self._members[group]
+                members = self._members.get(group, set())
+                members.discard(member)
+                if not members:
+                    self._members.pop(group, None)
 
     def is_followed(self, group: str) -> bool:
         return group in self._members
@@ -93,31 +86,26 @@ class RedisRegistry:
         return bool(self._sync_client().zcount(self._prefix + group, time.time(), "+inf"))
 
 
+Registry = InProcessRegistry | RedisRegistry
 _registries_lock = threading.Lock()
 _registries: weakref.WeakKeyDictionary[Any, Registry | None] = weakref.WeakKeyDictionary()
 
 
 def registry_of(layer: Any) -> Registry | None:
     """The registry of ``layer`` (one per layer), or ``None``."""
-    with _registries_lock:
-        if layer in _registries:
-            return _registries[layer]
-        registry = _registries[layer] = _new_registry(layer)
-        return registry
-
-
-def _new_registry(layer: Any) -> Registry | None:
     from channels.layers import InMemoryChannelLayer
 
-    if isinstance(layer, InMemoryChannelLayer):
-        return InProcessRegistry()
-    # channels_redis's layer (or a subclass), known without importing the optional extra.
-    is_redis_layer = any(
-        cls.__name__ == "RedisChannelLayer" and cls.__module__ == "channels_redis.core" for cls in type(layer).__mro__
-    )
-    if is_redis_layer and layer.hosts and "master_name" not in layer.hosts[0]:  # not behind Sentinel
-        return RedisRegistry(layer, layer.hosts[0])
-    return None
+    with _registries_lock:
+        if layer not in _registries:
+            # channels_redis's layer (or a subclass), known without importing the optional extra.
+            on_redis = any(
+                c.__name__ == "RedisChannelLayer" and c.__module__ == "channels_redis.core" for c in type(layer).__mro__
+            )
+            registry: Registry | None = InProcessRegistry() if isinstance(layer, InMemoryChannelLayer) else None
+            if on_redis and layer.hosts and "master_name" not in layer.hosts[0]:  # not behind Sentinel
+                registry = RedisRegistry(layer, layer.hosts[0])
+            _registries[layer] = registry
+        return _registries[layer]
 
 
 def is_followed(layer: Any, group: str) -> bool:

@@ -1,35 +1,26 @@
-"""Abuse limits: per-owner throttles, answered with 429 and ``Retry-After``.
-
-Each limit is a setting (``MCPTASKS[...]``); ``None`` turns it off. Throttles count in the process and sync
-with the ``THROTTLE_CACHE`` counter every ``THROTTLE_SYNC_MS`` (``throttle_counts``); with 0, every request
-is counted in that cache itself. The request size checks are ``request_limits``' (imported here for callers).
-"""
+"""Per-owner throttles (a setting each, ``None`` for off), refused with 429 and ``Retry-After``: counted in
+the process and synced every ``THROTTLE_SYNC_MS`` (``throttle_counts``), or with 0 each in ``THROTTLE_CACHE``.
+The request size checks are ``request_limits``' (imported here for their callers)."""
 
 from __future__ import annotations
 
-import asyncio
-import importlib
 import logging
 import math
 import os
-import re
 import threading
 import time
-import weakref
 from collections.abc import Sequence
 from typing import Any
 
-from django.conf import settings as django_settings
-from django.core.cache import BaseCache, caches
 from django.core.signals import setting_changed
 from django.dispatch import receiver
-from django.utils.module_loading import import_string
 from rest_framework.throttling import SimpleRateThrottle
 
 from .. import threads
 from ..conf import settings
 from ..errors import RATE_LIMITED, ProtocolError
 from .request_limits import RequestTooLarge, check_depth, check_size, storable_id
+from .throttle_cache import redis_client, throttle_cache
 from .throttle_counts import LocalCounts, Push
 
 __all__ = ["RateLimited", "RequestTooLarge", "check_depth", "check_size", "storable_id"]
@@ -76,7 +67,7 @@ class _Window:
         if self.counted_locally():
             return
         try:
-            async with _redis_client(on_loop=True).pipeline(transaction=False) as pipe:
+            async with redis_client(on_loop=True).pipeline(transaction=False) as pipe:
                 count = int((await _queue(pipe, [(self.key, 1, self.timeout)]).execute())[1])
         except Exception as exc:
             return self.uncounted(exc)
@@ -135,54 +126,7 @@ async def athrottle_poll(owner: str, task_id: str, poll_interval_ms: int) -> Non
 
 def poll_throttle_on_loop() -> bool:
     """Whether :func:`athrottle_poll` can count a poll on the loop (off, counts in memory, or a Redis cache)."""
-    return not settings.POLL_BURST or bool(settings.THROTTLE_SYNC_MS) or _redis_client(on_loop=True) is not None
-
-
-_throttle_caches: dict[str, BaseCache] = {}
-_throttle_caches_lock = threading.Lock()
-
-
-def throttle_cache() -> BaseCache:
-    """The ``THROTTLE_CACHE`` backend, one per process: ``caches[alias]`` is context-local, so under ASGI
-    each request would build a backend (for Redis, a pool and a connection). Backends are thread-safe."""
-    alias = settings.THROTTLE_CACHE
-    cache = _throttle_caches.get(alias)
-    if cache is None:
-        with _throttle_caches_lock:
-            cache = _throttle_caches.get(alias)
-            if cache is None:
-                cache = _throttle_caches[alias] = caches.create_connection(alias)
-    return cache
-
-
-_redis_clients: dict[str, Any] = {}
-#: redis.asyncio clients, by event loop (their connections belong to one loop).
-_loop_redis_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Any]] = weakref.WeakKeyDictionary()
-
-
-def _redis_client(on_loop: bool = False) -> Any:
-    """A redis-py client (redis.asyncio's ``on_loop``) for a ``RedisCache`` ``THROTTLE_CACHE``, kept per
-    process or loop (Django builds a client per operation), or ``None``: another backend, or on the loop
-    a custom pool or parser class, which only has a synchronous form."""
-    alias = settings.THROTTLE_CACHE
-    kept = _loop_redis_clients.setdefault(asyncio.get_running_loop(), {}) if on_loop else _redis_clients
-    if alias in kept:
-        return kept[alias]
-    config = django_settings.CACHES.get(alias) or {}
-    location = config.get("LOCATION")
-    servers = re.split("[;,]", location) if isinstance(location, str) else list(location or [])
-    options = {k: v for k, v in (config.get("OPTIONS") or {}).items() if k != "serializer"}
-    client = None
-    custom = on_loop and ("pool_class" in options or "parser_class" in options)
-    if config.get("BACKEND") == "django.core.cache.backends.redis.RedisCache" and servers and not custom:
-        redis = importlib.import_module("redis.asyncio" if on_loop else "redis")
-        for name in ("pool_class", "parser_class"):
-            if isinstance(options.get(name), str):
-                options[name] = import_string(options[name])
-        pool_class = options.pop("pool_class", None) or redis.ConnectionPool
-        client = redis.Redis(connection_pool=pool_class.from_url(servers[0], **options))  # the first takes writes
-    kept[alias] = client
-    return client
+    return not settings.POLL_BURST or bool(settings.THROTTLE_SYNC_MS) or redis_client(on_loop=True) is not None
 
 
 def _queue(pipe: Any, batch: Sequence[Push]) -> Any:
@@ -198,7 +142,7 @@ def _queue(pipe: Any, batch: Sequence[Push]) -> Any:
 def push_counts(batch: Sequence[Push]) -> list[int]:
     """Add each counter's admissions to the throttle cache and return the shared totals: one pipelined round
     trip on Django's Redis backend, the cache's own ``add`` and ``incr`` elsewhere."""
-    client = _redis_client()
+    client = redis_client()
     if client is not None:
         return [int(total) for total in _queue(client.pipeline(transaction=False), batch).execute()[1::2]]
     cache = throttle_cache()
@@ -232,21 +176,17 @@ def local_counts() -> LocalCounts | None:
     return counts
 
 
-def _forget_in_child() -> None:
-    # Not close(): another thread of the parent may have held its lock at the fork.
+def _forget_local_counts(close: bool = False) -> None:
     global _local_counts
+    if close and _local_counts is not None:
+        _local_counts.close()
     _local_counts = None
 
 
-os.register_at_fork(after_in_child=_forget_in_child)
+os.register_at_fork(after_in_child=_forget_local_counts)  # not close(): a parent's thread may have held its lock
 
 
 @receiver(setting_changed)
-def _forget_throttle_caches(*, setting: str, **kwargs: Any) -> None:
+def _forget_throttle_counts(*, setting: str, **kwargs: Any) -> None:
     if setting in ("CACHES", "MCPTASKS"):
-        _throttle_caches.clear()
-        _redis_clients.clear()
-        _loop_redis_clients.clear()
-        if _local_counts is not None:
-            _local_counts.close()
-        _forget_in_child()
+        _forget_local_counts(close=True)
