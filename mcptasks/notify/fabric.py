@@ -103,10 +103,7 @@ def is_followed(group: str) -> bool:
     return True
 
 
-_LIST_METHODS = {
-    TOOLS_GROUP: "notifications/tools/list_changed",
-    PROMPTS_GROUP: "notifications/prompts/list_changed",
-}
+_LIST_METHODS = {TOOLS_GROUP: "notifications/tools/list_changed", PROMPTS_GROUP: "notifications/prompts/list_changed"}
 
 
 def publish_list_changed(group: str) -> None:

@@ -49,7 +49,8 @@ class RedisRegistry:
 
     def __init__(self, layer: Any, host: dict[str, Any]) -> None:
         self.layer = layer
-        self._host = host
+        # A hung Redis must not hold a run's thread: the check then fails and the change is sent.
+        self._host = {**dict.fromkeys(("socket_timeout", "socket_connect_timeout"), CHECK_TIMEOUT_SECONDS), **host}
         self._prefix = f"{layer.prefix}:mcptasks.followers:"
         self._client: Any = None
         self._lock = threading.Lock()
@@ -75,9 +76,6 @@ class RedisRegistry:
                 import redis
 
                 host = dict(self._host)
-                # A hung Redis must not hold a run's thread: the check then fails and the change is sent.
-                host.setdefault("socket_timeout", CHECK_TIMEOUT_SECONDS)
-                host.setdefault("socket_connect_timeout", CHECK_TIMEOUT_SECONDS)
                 address = host.pop("address", None)
                 self._client = redis.Redis.from_url(address, **host) if address else redis.Redis(**host)
             return self._client

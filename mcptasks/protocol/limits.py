@@ -88,10 +88,8 @@ def _rate_window(scope: str, owner: str) -> _Window | None:
     rate = (settings.THROTTLE_RATES or {}).get(scope)
     if not rate:
         return None
-    limit, seconds = SimpleRateThrottle.parse_rate(None, rate)  # type: ignore[arg-type]
-    if limit is None or seconds is None:  # DRF's answer for no rate at all
-        raise ValueError(f"{scope}: no rate in {rate!r}")
-    return _Window(scope, owner, limit, seconds)
+    # DRF's syntax; (None, None) is its answer for no rate only.
+    return _Window(scope, owner, *SimpleRateThrottle.parse_rate(None, rate))  # type: ignore[arg-type]
 
 
 def _poll_window(owner: str, task_id: str, poll_interval_ms: int) -> _Window | None:

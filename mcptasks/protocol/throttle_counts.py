@@ -66,30 +66,26 @@ class LocalCounts:
                 counter.pushing, counter.unsynced = counter.unsynced, 0
         if not batch:
             return True
+        error: Exception | None = None
         try:
             totals = self.pusher([(key, c.pushing, c.timeout) for key, c in batch])
         except Exception as exc:
-            with self._lock:
-                for _, counter in batch:
-                    counter.unsynced += counter.pushing
-                    counter.pushing = 0
-                if not self._failing:
-                    logger.warning(
-                        "%s unavailable, throttles count in this process alone until it is back: %r",
-                        self.describe,
-                        exc,
-                    )
-                self._failing = True
-            return False
+            totals, error = [0] * len(batch), exc
         with self._lock:
             for (_, counter), total in zip(batch, totals, strict=True):
-                # Another process may have pushed meanwhile: the total only grows.
-                counter.shared = max(counter.shared + counter.pushing, total)
+                if error is None:  # another process may have pushed meanwhile: the total only grows
+                    counter.shared = max(counter.shared + counter.pushing, total)
+                else:  # kept for the next try
+                    counter.unsynced += counter.pushing
                 counter.pushing = 0
-            if self._failing:
+            if error is not None and not self._failing:
+                logger.warning(
+                    "%s unavailable, throttles count in this process alone until it is back: %r", self.describe, error
+                )
+            elif error is None and self._failing:
                 logger.warning("%s reachable again, throttles synced", self.describe)
-            self._failing = False
-        return True
+            self._failing = error is not None
+        return error is None
 
     def close(self) -> None:
         """Drop every counter; the sync thread ends at its next turn."""
