@@ -33,9 +33,7 @@ class LocalCounts:
     """Fixed-window counters, pushed every ``interval`` seconds by a thread that runs while any counter lives."""
 
     def __init__(self, pusher: Pusher, interval: float, describe: str = "shared counter") -> None:
-        self.pusher = pusher
-        self.interval = interval
-        self.describe = describe
+        self.pusher, self.interval, self.describe = pusher, interval, describe
         self._lock = threading.Lock()
         self._counters: dict[str, _Counter] = {}
         self._thread: threading.Thread | None = None
