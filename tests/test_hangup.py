@@ -22,7 +22,7 @@ import pytest
 from django.core.asgi import get_asgi_application
 
 from mcptasks.models import Task, TaskStatus
-from mcptasks.protocol import limits
+from mcptasks.protocol import inline_runs
 from mcptasks.web.asgi import mcp_router
 from tests.support.asgi import apost, http_scope
 from tests.support.rpc import NO_CAPS, TASKS_CAPS, build_headers, build_meta
@@ -38,9 +38,9 @@ TRACE = "tests.testapp"
 def no_runs_left_behind() -> Iterator[None]:
     """Every test starts with no inline run counted, and must leave none."""
     gc.collect()  # a stream another test left unread frees its run when collected
-    assert limits.inline_runs(ANON) == 0
+    assert inline_runs.inline_runs(ANON) == 0
     yield
-    wait_until(lambda: limits.inline_runs(ANON) == 0, 10, what="every inline run released")
+    wait_until(lambda: inline_runs.inline_runs(ANON) == 0, 10, what="every inline run released")
 
 
 def request_body(name: str, arguments: Mapping[str, Any], caps: Mapping[str, Any], **meta: Any) -> tuple[bytes, dict]:

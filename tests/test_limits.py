@@ -35,7 +35,7 @@ from django.core.cache import caches
 
 from mcptasks.conf import settings as mcp_settings
 from mcptasks.models import InputRequest, InputRequestState, Task, TaskStatus
-from mcptasks.protocol.limits import throttle_cache
+from mcptasks.protocol.throttle_cache import throttle_cache
 from mcptasks.tasks import lifecycle
 from tests.support import postgres_only
 from tests.support.factories import accept, running_task, waiting_task

@@ -1,28 +1,21 @@
-"""The notification fabric: committed task changes, pushed through the Channels
-layer to whoever listens (``subscriptions/listen`` streams, legacy session
-streams, blocked ``tasks/result`` calls).
-
-Publishing happens after commit, from any process that changes a task (web,
-worker, admin, commands). Each message carries the task as it was committed by
-that change, so a listener sees every transition, not just the latest state.
-Within a process, publishes leave in commit order through a single queue.
-
-Polling never depends on this: a lost notification only costs latency.
-"""
+"""Committed task changes, pushed through the Channels layer to whoever listens (``subscriptions/listen``,
+legacy session streams, blocked ``tasks/result``). Each message carries the task as that change committed it;
+within a process they leave in commit order. Polling never depends on this: a lost one only costs latency."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import threading
-from collections.abc import AsyncIterator, Iterable
+import weakref
+from collections.abc import Awaitable, Iterable
 from typing import Any
 
 from channels.layers import get_channel_layer
 
 from ..conf import settings
 from . import followers
+from .shutdown import begin_shutdown as begin_shutdown  # worker.runner's import
 
 logger = logging.getLogger("mcptasks.notify")
 
@@ -36,12 +29,8 @@ def task_group(task_id: str) -> str:
 
 
 class _Publisher:
-    """Sends messages to the channel layer, in order, from sync code.
-
-    Messages go through one asyncio queue per loop: the web process's own loop
-    when it has one (so in-memory layers work and connections are reused), or
-    a private background loop otherwise (workers, commands).
-    """
+    """Sends messages to the layer in order from sync code, through one queue on the web process's loop
+    (so in-memory layers work and connections are reused) or a private loop (workers, commands)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -84,10 +73,7 @@ class _Publisher:
             layer = get_channel_layer()  # per message: the site's layer may be replaced (settings change)
             message = {"type": MESSAGE_TYPE, "group": group, **payload}
             if "task_id" in payload and "at" in payload:
-                # Listeners on this loop hear a change at once, not after a trip
-                # through the layer that a later change committed elsewhere (a
-                # worker's) could overtake; the copy the layer brings back is
-                # dropped as already seen (TaskOrder).
+                # At once: a later change from elsewhere could overtake the layer's trip (TaskOrder drops the copy).
                 _deliver_locally(message)
             if layer is None:  # publish() enqueues only while a layer is configured
                 continue
@@ -105,10 +91,8 @@ def publish_task(task_id: str, payload: dict[str, Any]) -> None:
 
 
 def is_followed(group: str) -> bool:
-    """Whether a change committed to ``group`` is worth publishing: someone
-    listens to it (``followers``). Ask only after the change is committed.
-    On an event loop's thread the answer is yes without asking, so as not to
-    block the loop on a round trip; the publish then costs what it always did."""
+    """Whether a change committed to ``group`` has a follower (ask after the commit). On a loop's thread: yes
+    without asking, not to block it on a round trip."""
     layer = get_channel_layer()
     if layer is None:
         return False
@@ -119,10 +103,7 @@ def is_followed(group: str) -> bool:
     return True
 
 
-_LIST_METHODS = {
-    TOOLS_GROUP: "notifications/tools/list_changed",
-    PROMPTS_GROUP: "notifications/prompts/list_changed",
-}
+_LIST_METHODS = {TOOLS_GROUP: "notifications/tools/list_changed", PROMPTS_GROUP: "notifications/prompts/list_changed"}
 
 
 def publish_list_changed(group: str) -> None:
@@ -130,7 +111,7 @@ def publish_list_changed(group: str) -> None:
 
 
 def _group_of(message: dict[str, Any]) -> str | None:
-    """The group a message was sent to (publishers name it; older ones did not)."""
+    """The group a message was sent to (older publishers did not name it)."""
     group: str | None = message.get("group")
     if group:
         return group
@@ -146,42 +127,25 @@ WAKE_SECONDS = 2.0
 
 
 class _Hub:
-    """Everything one event loop listens to, on one channel of the layer.
-
-    The listeners of a loop (one per stream) share that channel and a single
-    receive loop, which hands each message to the listeners of its group. A
-    group is joined once however many local streams follow it, and the
-    memberships are renewed together every ``KEEPALIVE_SECONDS``. The
-    blocking receive on the layer is never cancelled while anyone listens: a
-    cancelled receive can swallow the message it was popping
-    (channels-redis's BZPOPMIN), and a stream's keep-alive timeout now only
-    waits on its own local queue.
-    """
+    """Everything one event loop listens to, on one channel of the layer and one receive loop
+    (docs/architecture.md, notify/)."""
 
     def __init__(self, layer: Any) -> None:
         self.layer = layer
         self.followers = followers.registry_of(layer)
         self.channel: str | None = None
         self.members: dict[str, set[Listener]] = {}
-        self._guards: dict[str, list[Any]] = {}
+        #: One membership change of a group at a time (join, leave, renew); a lock lives while in use.
+        self._guards: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._channel_lock = asyncio.Lock()
         self._receiver: asyncio.Task[None] | None = None
         self._renewer: asyncio.Task[None] | None = None
 
-    @contextlib.asynccontextmanager
-    async def _guard(self, group: str) -> AsyncIterator[None]:
-        """One membership change of ``group`` at a time (join, leave, renew)."""
-        entry = self._guards.get(group)
-        if entry is None:
-            entry = self._guards[group] = [asyncio.Lock(), 0]
-        entry[1] += 1
-        try:
-            async with entry[0]:
-                yield
-        finally:
-            entry[1] -= 1
-            if not entry[1]:
-                del self._guards[group]
+    def _guard(self, group: str) -> asyncio.Lock:
+        lock = self._guards.get(group)
+        if lock is None:
+            lock = self._guards[group] = asyncio.Lock()
+        return lock
 
     async def join(self, listener: Listener) -> None:
         async with self._channel_lock:
@@ -217,23 +181,16 @@ class _Hub:
                 if members:
                     continue
                 del self.members[group]
-                try:
-                    await self.layer.group_discard(group, self.channel)
-                except Exception:
-                    logger.debug("group_discard failed", exc_info=True)
-                try:
-                    if self.followers is not None and self.channel is not None:
-                        await self.followers.unregister([group], self.channel)
-                except Exception:  # the registration lapses by itself
-                    logger.debug("unregistering a follower failed", exc_info=True)
+                await _quietly("group_discard", self.layer.group_discard(group, self.channel))
+                if self.followers is not None and self.channel is not None:
+                    await _quietly("unregistering a follower", self.followers.unregister([group], self.channel))
         if not self.members:
             if self._renewer is not None:
                 self._renewer.cancel()
             receiver = self._receiver
             if receiver is not None and not receiver.done():
-                # Wake the receive loop so that it ends by itself (see the class
-                # docstring), and see it end: the layer allows one receiving
-                # loop at a time, and this loop may close once the stream ends.
+                # Wake the receive loop to end by itself, and see it end: the layer allows one receiving loop
+                # at a time, and this loop may close once the stream ends.
                 try:
                     await self.layer.send(self.channel, {"type": "mcptasks.wake"})
                     await asyncio.wait({receiver}, timeout=WAKE_SECONDS)
@@ -251,8 +208,7 @@ class _Hub:
             try:
                 message = await self.layer.receive(self.channel)
             except Exception as exc:
-                # The layer's own client timed out while blocking for a message
-                # (redis-py reads with a socket timeout): nothing arrived yet.
+                # The layer's client timed out blocking for a message (a socket timeout): nothing arrived yet.
                 if "timeout" not in type(exc).__name__.lower():
                     logger.warning("channel layer receive failed", exc_info=True)
                     await asyncio.sleep(1.0)
@@ -267,17 +223,19 @@ class _Hub:
         """Re-join every group now and then: the layer expires memberships."""
         while self.members:
             await asyncio.sleep(settings.KEEPALIVE_SECONDS)
-            try:
-                await self._follow(list(self.members))
-            except Exception:
-                logger.debug("renewing the followers failed", exc_info=True)
+            await _quietly("renewing the followers", self._follow(list(self.members)))
             for group in list(self.members):
                 async with self._guard(group):
                     if group in self.members:
-                        try:
-                            await self.layer.group_add(group, self.channel)
-                        except Exception:
-                            logger.debug("group_add failed", exc_info=True)
+                        await _quietly("group_add", self.layer.group_add(group, self.channel))
+
+
+async def _quietly(what: str, action: Awaitable[Any]) -> None:
+    """A membership change whose failure is made good later (renewed, or lapsed)."""
+    try:
+        await action
+    except Exception:
+        logger.debug("%s failed", what, exc_info=True)
 
 
 _hubs_lock = threading.Lock()
@@ -302,22 +260,18 @@ def _hub(layer: Any) -> _Hub:
 
 
 class Listener:
-    """A subscription to some groups on the channel layer, for one stream.
-
-    Messages reach it through its loop's hub (:class:`_Hub`) and wait in a
-    local queue until the stream reads them."""
+    """One stream's subscription to some groups: messages come from its loop's hub and wait in a queue."""
 
     def __init__(self, groups: Iterable[str]) -> None:
         self.groups = list(dict.fromkeys(groups))
         self.layer = get_channel_layer()
         self.channel: str | None = None
         self._hub: _Hub | None = None
-        self._queue: asyncio.Queue[dict[str, Any]] | None = None
+        self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()  # stays empty without a layer
 
     async def __aenter__(self) -> Listener:
         publisher.adopt_loop(asyncio.get_running_loop())
         if self.layer is not None:
-            self._queue = asyncio.Queue()
             hub = _hub(self.layer)
             await hub.join(self)
             self._hub, self.channel = hub, hub.channel
@@ -330,42 +284,13 @@ class Listener:
 
     def deliver(self, message: dict[str, Any]) -> None:
         """From the hub: a message of one of this listener's groups."""
-        assert self._queue is not None
         if self._queue.qsize() >= LISTENER_CAPACITY:  # a stream that stopped reading
             self._queue.get_nowait()
         self._queue.put_nowait(message)
 
     async def receive(self, timeout: float) -> dict[str, Any] | None:
         """The next message, or ``None`` after ``timeout`` seconds."""
-        if self._queue is None:
-            await asyncio.sleep(timeout)
-            return None
         try:
             return await asyncio.wait_for(self._queue.get(), timeout)
         except TimeoutError:
             return None
-
-    async def messages(self, keepalive: float) -> AsyncIterator[dict[str, Any] | None]:
-        """Messages as they come; ``None`` after each idle ``keepalive`` period."""
-        while True:
-            yield await self.receive(keepalive)
-
-
-# Shutdown: streams end gracefully when the server stops.
-
-_shutdown_events: dict[asyncio.AbstractEventLoop, asyncio.Event] = {}
-
-
-def shutdown_event() -> asyncio.Event:
-    loop = asyncio.get_running_loop()
-    event = _shutdown_events.get(loop)
-    if event is None:
-        event = _shutdown_events[loop] = asyncio.Event()
-    return event
-
-
-def begin_shutdown() -> None:
-    """Ask every open stream in this process to close gracefully."""
-    for loop, event in list(_shutdown_events.items()):
-        if not loop.is_closed():
-            loop.call_soon_threadsafe(event.set)

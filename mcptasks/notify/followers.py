@@ -1,26 +1,7 @@
-"""Who follows which group, so that a change nobody follows is not published.
-
-Every ``group_send`` costs the publisher a hop to its event loop and the
-layer several Redis round trips, and most task changes have no listener. A
-listening event loop (``fabric._Hub``) registers itself as a follower of a
-group *before* it joins the group, renews the registration with the
-membership, and drops it after leaving. A publisher asks, *after* its change
-is committed, whether the group has a follower, and sends nothing when not.
-
-Why nothing is lost (the argument in full is in docs/architecture.md): a
-stream registers, joins, and only then reads the state it starts from. If a
-change committed before that read, the read shows it; if after, the
-publisher's check (after its commit) comes after the registration and sees
-it, and its send comes after the join.
-
-Registries, by layer:
-
-- ``channels_redis``'s ``RedisChannelLayer``: a sorted set per group in the
-  layer's (first) Redis, one member per listening channel, scored by when the
-  registration lapses; a lapsed one (a killed process) counts for nothing.
-- ``InMemoryChannelLayer``: a count in this process (nobody else can listen).
-- any other layer: none; every change is published, as it always was.
-"""
+"""Who follows which group, so that a change nobody follows is not published: a listening loop registers
+before it joins a group, a publisher checks after its commit (why nothing is lost: docs/architecture.md).
+Registries: a sorted set per group on ``channels_redis`` scored by when the registration lapses; a count
+in this process on the in-memory layer; none elsewhere (every change is published)."""
 
 from __future__ import annotations
 
@@ -28,21 +9,14 @@ import logging
 import threading
 import time
 import weakref
-from typing import Any, Protocol
+from typing import Any
 
 logger = logging.getLogger("mcptasks.notify")
 
-#: How long a registration lasts without renewal, in keep-alive periods
-#: (publishers compare it with their own clock: this much skew is tolerated).
+#: How long a registration lasts unrenewed, in keep-alive periods (this much clock skew is tolerated).
 LAPSE_PERIODS = 3
 #: The publisher's check gives up after this long and publishes.
 CHECK_TIMEOUT_SECONDS = 2.0
-
-
-class Registry(Protocol):
-    async def register(self, groups: list[str], member: str, ttl: float) -> None: ...
-    async def unregister(self, groups: list[str], member: str) -> None: ...
-    def is_followed(self, group: str) -> bool: ...
 
 
 class InProcessRegistry:
@@ -60,44 +34,40 @@ class InProcessRegistry:
     async def unregister(self, groups: list[str], member: str) -> None:
         with self._lock:
             for group in groups:
-                members = self._members.get(group)
-                if members is not None:
-                    members.discard(member)
-                    if not members:
-                        del self._members[group]
+                members = self._members.get(group, set())
+                members.discard(member)
+                if not members:
+                    self._members.pop(group, None)
 
     def is_followed(self, group: str) -> bool:
         return group in self._members
 
 
 class RedisRegistry:
-    """Sorted sets in the Redis of a ``channels_redis`` layer: the async side
-    uses the layer's own connections, the publisher's check a small
-    synchronous client (publishers are sync code on worker threads)."""
+    """Sorted sets in a ``channels_redis`` layer's Redis: registered on the layer's connections, checked with
+    a small sync client (publishers are sync code on worker threads)."""
 
     def __init__(self, layer: Any, host: dict[str, Any]) -> None:
         self.layer = layer
-        self._host = host
+        # A hung Redis must not hold a run's thread: the check then fails and the change is sent.
+        self._host = {**dict.fromkeys(("socket_timeout", "socket_connect_timeout"), CHECK_TIMEOUT_SECONDS), **host}
         self._prefix = f"{layer.prefix}:mcptasks.followers:"
         self._client: Any = None
         self._lock = threading.Lock()
-
-    def _key(self, group: str) -> str:
-        return self._prefix + group
 
     async def register(self, groups: list[str], member: str, ttl: float) -> None:
         now = time.time()
         async with self.layer.connection(0).pipeline(transaction=False) as pipe:
             for group in groups:
-                pipe.zremrangebyscore(self._key(group), "-inf", now)  # lapsed members (killed processes)
-                pipe.zadd(self._key(group), {member: now + ttl})
-                pipe.expire(self._key(group), int(ttl) + 1)
+                pipe.zremrangebyscore(self._prefix + group, "-inf", now)  # lapsed members (killed processes)
+                pipe.zadd(self._prefix + group, {member: now + ttl})
+                pipe.expire(self._prefix + group, int(ttl) + 1)
             await pipe.execute()
 
     async def unregister(self, groups: list[str], member: str) -> None:
         async with self.layer.connection(0).pipeline(transaction=False) as pipe:
             for group in groups:
-                pipe.zrem(self._key(group), member)
+                pipe.zrem(self._prefix + group, member)
             await pipe.execute()
 
     def _sync_client(self) -> Any:
@@ -106,48 +76,38 @@ class RedisRegistry:
                 import redis
 
                 host = dict(self._host)
-                # A hung Redis must not hold a run's thread: the check then fails and the change is sent.
-                host.setdefault("socket_timeout", CHECK_TIMEOUT_SECONDS)
-                host.setdefault("socket_connect_timeout", CHECK_TIMEOUT_SECONDS)
                 address = host.pop("address", None)
                 self._client = redis.Redis.from_url(address, **host) if address else redis.Redis(**host)
             return self._client
 
     def is_followed(self, group: str) -> bool:
-        return bool(self._sync_client().zcount(self._key(group), time.time(), "+inf"))
+        return bool(self._sync_client().zcount(self._prefix + group, time.time(), "+inf"))
 
 
+Registry = InProcessRegistry | RedisRegistry
 _registries_lock = threading.Lock()
 _registries: weakref.WeakKeyDictionary[Any, Registry | None] = weakref.WeakKeyDictionary()
 
 
 def registry_of(layer: Any) -> Registry | None:
-    """The registry that serves ``layer`` (the same object for the same
-    layer), or ``None`` when the layer has none."""
-    with _registries_lock:
-        if layer in _registries:
-            return _registries[layer]
-        registry = _registries[layer] = _new_registry(layer)
-        return registry
-
-
-def _new_registry(layer: Any) -> Registry | None:
+    """The registry of ``layer`` (one per layer), or ``None``."""
     from channels.layers import InMemoryChannelLayer
 
-    if isinstance(layer, InMemoryChannelLayer):
-        return InProcessRegistry()
-    # channels_redis's layer (or a subclass), known without importing the optional extra.
-    is_redis_layer = any(
-        cls.__name__ == "RedisChannelLayer" and cls.__module__ == "channels_redis.core" for cls in type(layer).__mro__
-    )
-    if is_redis_layer and layer.hosts and "master_name" not in layer.hosts[0]:  # not behind Sentinel
-        return RedisRegistry(layer, layer.hosts[0])
-    return None
+    with _registries_lock:
+        if layer not in _registries:
+            # channels_redis's layer (or a subclass), known without importing the optional extra.
+            on_redis = any(
+                c.__name__ == "RedisChannelLayer" and c.__module__ == "channels_redis.core" for c in type(layer).__mro__
+            )
+            registry: Registry | None = InProcessRegistry() if isinstance(layer, InMemoryChannelLayer) else None
+            if on_redis and layer.hosts and "master_name" not in layer.hosts[0]:  # not behind Sentinel
+                registry = RedisRegistry(layer, layer.hosts[0])
+            _registries[layer] = registry
+        return _registries[layer]
 
 
 def is_followed(layer: Any, group: str) -> bool:
-    """Whether a change to ``group`` may have a listener. Called after the
-    change is committed. When in doubt (no registry, Redis unreachable): yes."""
+    """Whether a change to ``group`` may have a listener; when in doubt (no registry, no Redis), yes."""
     registry = registry_of(layer)
     if registry is None:
         return True

@@ -6,7 +6,7 @@ request. The endpoint learns of that on the event loop while the run goes on
 in a thread, so the run carries a ``threading.Event`` that the tool's context
 watches (``ctx.check_cancelled()``, ``ctx.sleep()``): setting it is how a
 hang-up reaches the tool. Each run also holds one of its caller's inline
-slots (``limits.claim_inline_run``) from the moment it is accepted until it
+slots (``claim_inline_run``) from the moment it is accepted until it
 ends, or until it is dropped before it started.
 """
 
@@ -20,12 +20,49 @@ from ..errors import INTERNAL_ERROR, ProtocolError
 from ..models import Task
 from ..tasks import lifecycle
 from ..tasks.waiting import wait_for_terminal
-from . import limits
+from .limits import RateLimited
 
 #: Whether the client of a run has hung up (``None``: nobody watches).
 HungUp = Callable[[], bool] | None
 
 HUNG_UP = "The client closed its connection before it was answered."
+
+#: Inline runs in flight in this process, by owner (``MAX_INLINE_RUNS_PER_OWNER``).
+_inline_runs: dict[str, int] = {}
+_inline_runs_lock = threading.Lock()
+
+#: What a caller refused for too many inline runs is told to wait: runs end
+#: when their tool returns or notices a cancel, which the server cannot date.
+INLINE_RUN_RETRY_SECONDS = 1.0
+
+
+def claim_inline_run(owner: str) -> None:
+    """Count one inline run of ``owner`` until :func:`release_inline_run`. Past ``MAX_INLINE_RUNS_PER_OWNER``
+    runs of this process at once, -31000 with HTTP 429: the inline pool is shared, one caller must not fill it."""
+    cap = settings.MAX_INLINE_RUNS_PER_OWNER
+    with _inline_runs_lock:
+        running = _inline_runs.get(owner, 0)
+        if cap is not None and running >= cap:
+            raise RateLimited(
+                f"Too many inline runs at once (limit {cap}); retry when one has ended", INLINE_RUN_RETRY_SECONDS
+            )
+        _inline_runs[owner] = running + 1
+
+
+def release_inline_run(owner: str) -> None:
+    """One inline run of ``owner`` has ended (or will never start)."""
+    with _inline_runs_lock:
+        running = _inline_runs.get(owner, 0) - 1
+        if running > 0:
+            _inline_runs[owner] = running
+        else:
+            _inline_runs.pop(owner, None)
+
+
+def inline_runs(owner: str) -> int:
+    """Inline runs of ``owner`` in flight in this process."""
+    with _inline_runs_lock:
+        return _inline_runs.get(owner, 0)
 
 
 def call_cancelled() -> ProtocolError:
@@ -47,10 +84,10 @@ def wait_for_auto_result(task_id: str, owner: str, hung_up: HungUp) -> Task | No
 
 class InlineRun:
     """One run's cancel event and its caller's slot (claimed here: past the
-    caller's cap this raises ``limits.RateLimited``)."""
+    caller's cap this raises ``RateLimited``)."""
 
     def __init__(self, owner: str) -> None:
-        limits.claim_inline_run(owner)
+        claim_inline_run(owner)
         self.owner = owner
         #: Set when the client hangs up (or the stream that carries the run ends).
         self.cancel = threading.Event()
@@ -87,4 +124,4 @@ class InlineRun:
     def _end_locked(self) -> None:
         if not self._ended:
             self._ended = True
-            limits.release_inline_run(self.owner)
+            release_inline_run(self.owner)

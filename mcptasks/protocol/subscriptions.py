@@ -16,6 +16,7 @@ from asgiref.sync import sync_to_async
 from ..conf import settings
 from ..models import Task
 from ..notify import fabric as notify
+from ..notify.shutdown import shutdown_event
 from .jsonrpc import RequestId
 from .shapes import change_stamp, detailed_task
 
@@ -57,7 +58,7 @@ async def listen_stream(
     if acknowledged.get("promptsListChanged"):
         groups.append(notify.PROMPTS_GROUP)
     order = TaskOrder()
-    shutdown = notify.shutdown_event()
+    shutdown = shutdown_event()
     async with notify.Listener(groups) as listener:
         yield _notification(
             "notifications/subscriptions/acknowledged", {"notifications": dict(acknowledged)}, subscription_id

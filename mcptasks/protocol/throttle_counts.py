@@ -1,13 +1,5 @@
-"""Throttle counters kept in the process, synced with a shared counter.
-
-A request is admitted or refused from memory, with no round trip: each
-fixed-window counter holds what this process admitted and the shared total
-as of its last sync. A background thread pushes the new admissions to the
-shared counter (one pipelined round trip for every live counter) and reads
-back the total every ``THROTTLE_SYNC_MS``. So a process never admits more
-than the limit on its own, and it sees the other processes' admissions at
-most two sync intervals late (docs/reliability.md gives the bound).
-"""
+"""Throttle counters kept in the process: admitted or refused from memory, synced with a shared counter
+by a background thread every ``THROTTLE_SYNC_MS`` (docs/reliability.md gives the bounds)."""
 
 from __future__ import annotations
 
@@ -20,9 +12,7 @@ from dataclasses import dataclass
 
 logger = logging.getLogger("mcptasks.limits")
 
-#: One counter to push: its shared key, the admissions since the last push,
-#: and the key's expiry in seconds. The pusher adds them and returns each
-#: key's shared total, in order.
+#: A counter to push: its key, the admissions since the last push, its expiry (s). The pusher returns the totals.
 Push = tuple[str, int, int]
 Pusher = Callable[[Sequence[Push]], list[int]]
 
@@ -40,13 +30,10 @@ class _Counter:
 
 
 class LocalCounts:
-    """Fixed-window counters in memory, pushed with ``pusher`` every
-    ``interval`` seconds by a thread that runs while any counter lives."""
+    """Fixed-window counters, pushed every ``interval`` seconds by a thread that runs while any counter lives."""
 
     def __init__(self, pusher: Pusher, interval: float, describe: str = "shared counter") -> None:
-        self.pusher = pusher
-        self.interval = interval
-        self.describe = describe
+        self.pusher, self.interval, self.describe = pusher, interval, describe
         self._lock = threading.Lock()
         self._counters: dict[str, _Counter] = {}
         self._thread: threading.Thread | None = None
@@ -54,8 +41,7 @@ class LocalCounts:
         self._failing = False
 
     def admit(self, key: str, limit: int, ends_at: float, timeout: int) -> bool:
-        """Count one request in ``key``'s window if the total stays within
-        ``limit``; ``False`` (nothing counted) when it is reached."""
+        """Count one request in ``key``'s window; ``False`` (nothing counted) when ``limit`` is reached."""
         with self._lock:
             counter = self._counters.get(key)
             if counter is None:
@@ -67,9 +53,8 @@ class LocalCounts:
             return True
 
     def sync(self) -> bool:
-        """Push every counter's new admissions and read back the shared
-        totals; drop the counters whose window is over. ``False`` if the
-        shared counter failed (the admissions are kept for the next try)."""
+        """Push the new admissions, read back the totals, drop ended windows; ``False`` if the push failed
+        (the admissions are kept for the next try)."""
         now = time.time()
         with self._lock:
             for key in [k for k, c in self._counters.items() if c.ends_at <= now]:
@@ -79,30 +64,26 @@ class LocalCounts:
                 counter.pushing, counter.unsynced = counter.unsynced, 0
         if not batch:
             return True
+        error: Exception | None = None
         try:
             totals = self.pusher([(key, c.pushing, c.timeout) for key, c in batch])
         except Exception as exc:
-            with self._lock:
-                for _, counter in batch:
-                    counter.unsynced += counter.pushing
-                    counter.pushing = 0
-                if not self._failing:
-                    logger.warning(
-                        "%s unavailable, throttles count in this process alone until it is back: %r",
-                        self.describe,
-                        exc,
-                    )
-                self._failing = True
-            return False
+            totals, error = [0] * len(batch), exc
         with self._lock:
             for (_, counter), total in zip(batch, totals, strict=True):
-                # Another process may have pushed meanwhile: the total only grows.
-                counter.shared = max(counter.shared + counter.pushing, total)
+                if error is None:  # another process may have pushed meanwhile: the total only grows
+                    counter.shared = max(counter.shared + counter.pushing, total)
+                else:  # kept for the next try
+                    counter.unsynced += counter.pushing
                 counter.pushing = 0
-            if self._failing:
+            if error is not None and not self._failing:
+                logger.warning(
+                    "%s unavailable, throttles count in this process alone until it is back: %r", self.describe, error
+                )
+            elif error is None and self._failing:
                 logger.warning("%s reachable again, throttles synced", self.describe)
-            self._failing = False
-        return True
+            self._failing = error is not None
+        return error is None
 
     def close(self) -> None:
         """Drop every counter; the sync thread ends at its next turn."""
@@ -111,14 +92,13 @@ class LocalCounts:
             self._thread = None
 
     def seen(self, key: str) -> int:
-        """The total this process knows for ``key``: its own admissions and
-        the others' as of its last sync (0 for a counter it does not hold)."""
+        """The total this process knows for ``key`` (0 for a counter it does not hold)."""
         with self._lock:
             counter = self._counters.get(key)
             return counter.total() if counter is not None else 0
 
     def live(self) -> int:
-        """How many counters are held (their window not yet over)."""
+        """How many counters are held."""
         with self._lock:
             return len(self._counters)
 

@@ -20,7 +20,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from ..conf import settings
 from ..errors import INVALID_REQUEST, InvalidParams, ProtocolError
-from ..protocol import jsonrpc, limits
+from ..protocol import jsonrpc, request_limits
 from ..protocol.caller import Caller
 from ..protocol.legacy import handlers as legacy
 from ..protocol.modern import handlers as modern
@@ -109,13 +109,13 @@ def read_body(request: HttpRequest) -> bytes:
         except ValueError:
             raise ProtocolError(INVALID_REQUEST, "Invalid Content-Length header") from None
         if announced > limit:
-            raise limits.RequestTooLarge(limit)
+            raise request_limits.RequestTooLarge(limit)
     try:
         body = request.body
     except RequestDataTooBig:
-        raise limits.RequestTooLarge(limit or django_settings.DATA_UPLOAD_MAX_MEMORY_SIZE) from None
+        raise request_limits.RequestTooLarge(limit or django_settings.DATA_UPLOAD_MAX_MEMORY_SIZE) from None
     if limit is not None and len(body) > limit:
-        raise limits.RequestTooLarge(limit)
+        raise request_limits.RequestTooLarge(limit)
     return body
 
 
@@ -142,7 +142,7 @@ async def mcp_endpoint(request: HttpRequest) -> HttpResponseBase:
         )
     try:
         data = jsonrpc.decode(read_body(request))
-        limits.check_depth(data)
+        request_limits.check_depth(data)
     except ProtocolError as exc:
         return error_response(exc, status=exc.http_status or 400)
     traced = request_telemetry.open_request(data, request.headers)

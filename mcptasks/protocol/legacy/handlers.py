@@ -39,7 +39,7 @@ from ...tools.calls import tool_context
 from ...tools.context import LOG_LEVELS, validate_input_response
 from ...tools.invoke import invoke
 from ...tools.registry import Tool, registry
-from .. import authorization, jsonrpc, limits, task_methods
+from .. import authorization, jsonrpc, limits, request_limits, task_methods
 from ..caller import Caller
 from ..modern import handlers as modern
 from ..modern.headers import server_info
@@ -222,7 +222,7 @@ def _client_response(data: dict[str, Any], caller: Caller, session: LegacySessio
             lifecycle.fail(task.id, {"code": code, "message": message}, actor=actor)
         return empty_reply(202)
     result = answer["result"]
-    limits.check_size(result, settings.MAX_INPUT_RESPONSES_BYTES, "result")
+    request_limits.check_size(result, settings.MAX_INPUT_RESPONSES_BYTES, "result")
     validate_input_response(pending.method, key, result)
     lifecycle.submit_input(task.id, {key: result}, actor=actor)
     return empty_reply(202)

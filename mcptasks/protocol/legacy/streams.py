@@ -38,6 +38,7 @@ from ...conf import settings
 from ...errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, InputNeeded, ProtocolError, TaskCancelled
 from ...models import LegacySession, Task
 from ...notify import fabric as notify
+from ...notify.shutdown import shutdown_event
 from ...tasks.inputs import pending_inputs
 from ...threads import on_a_thread
 from .. import jsonrpc
@@ -168,7 +169,7 @@ class Inbox:
                 await asyncio.sleep(1.0)
 
     async def _watch_shutdown(self) -> None:
-        await notify.shutdown_event().wait()
+        await shutdown_event().wait()
         self.queue.put_nowait((Signal.SHUTDOWN, None))
 
     def put_threadsafe(self, kind: Signal, item: Any) -> None:
