@@ -28,8 +28,7 @@ from . import leases, progress
 
 logger = logging.getLogger("mcptasks.execution")
 
-#: How long a run that found every slot of its tool held waits before it
-#: tries again (a random draw in this range, so that waiters spread out).
+#: A run that found every slot of its tool held is sent again after a random wait in this range.
 SLOT_WAIT_SECONDS = (0.3, 1.0)
 
 
@@ -87,15 +86,11 @@ def _run_task(task_id: str, worker: str, slotted: bool = False) -> str:
         soft_time_limit=controls.soft_time_limit,
         attempt=attempt,
     )
-    hard_stop = None
-    deadline = None
-    if controls.time_limit:
-        hard_stop = _HardStop(task, controls.time_limit, worker, cancel_event)
-        deadline = (time.monotonic() + controls.time_limit, hard_stop)
+    hard_stop = _HardStop(task, controls.time_limit, worker, cancel_event) if controls.time_limit else None
+    deadline = (time.monotonic() + hard_stop.limit, hard_stop) if hard_stop else None
     leases.monitor.watch(task_id, worker, cancel_event, deadline, slotted=slotted)
     outcome = _call(task, tool, ctx, status, controls, worker)
-    # A run its hard limit stopped ended its task as the tool's error (what
-    # the task's counters say), whatever the tool did after: so does its span.
+    # Its hard limit ended the task as the tool's error, whatever the tool did after: so does its span.
     return "tool_error" if hard_stop is not None and hard_stop.ended() else outcome
 
 
@@ -123,9 +118,19 @@ def _call(
         lifecycle.fail(task.id, exc.to_dict(), actor=lifecycle.worker_actor(worker), worker=worker)
         return "failed"
     except errors.ToolRetry as retry:
-        if ctx.attempt <= controls.retries:
-            return _retry(task, controls, retry.error, worker, ctx.attempt)
-        logger.warning("task %s: tool %s raised again after %d retries", task.id, tool.name, ctx.attempt - 1)
+        attempt = ctx.attempt
+        if attempt <= controls.retries:  # the next attempt, after a backoff
+            delay, cause = controls.backoff(attempt), type(retry.error).__name__
+            logger.info(
+                "task %s: tool %s raised %s; attempt %d in %.1f s", task.id, tool.name, cause, attempt + 1, delay
+            )
+            error = f"{cause}: {retry.error}"
+            if not lifecycle.schedule_retry(task.id, worker=worker, attempt=attempt + 1, delay=delay, error=error):
+                return "cancelled"  # the run lost its task meanwhile
+            metrics.tool_retry(tool.name, effective.queue_for(tool.name))
+            dispatch.enqueue_after_commit(task.id, tool.name, countdown=delay)
+            return "retrying"
+        logger.warning("task %s: tool %s raised again after %d retries", task.id, tool.name, attempt - 1)
         result = error_result(f"Tool '{tool.name}' failed: {retry}")
     except (KeyboardInterrupt, SystemExit):
         lifecycle.release(task.id, worker=worker)
@@ -140,21 +145,6 @@ def _call(
     lifecycle.finish_run(task.id, result, worker=worker, to=eras.status_after_result(task.era, result))
     # The run's outcome for its span and metrics: a tool error is no success.
     return "tool_error" if is_tool_error(result) else "completed"
-
-
-def _retry(task: Task, controls: ToolControls, exc: Exception, worker: str, attempt: int) -> str:
-    """Schedule the attempt after ``attempt``: ``"retrying"``, or ``"cancelled"`` (the run lost its task)."""
-    delay = controls.backoff(attempt)
-    error = f"{type(exc).__name__}: {exc}"
-    name = task.tool_name
-    logger.info(
-        "task %s: tool %s raised %s; attempt %d in %.1f s", task.id, name, type(exc).__name__, attempt + 1, delay
-    )
-    if not lifecycle.schedule_retry(task.id, worker=worker, attempt=attempt + 1, delay=delay, error=error):
-        return "cancelled"
-    metrics.tool_retry(task.tool_name, effective.queue_for(task.tool_name))
-    dispatch.enqueue_after_commit(task.id, task.tool_name, countdown=delay)
-    return "retrying"
 
 
 @dataclasses.dataclass

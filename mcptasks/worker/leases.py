@@ -27,11 +27,10 @@ class LeaseMonitor:
 
     def _reset(self) -> None:
         self._pid = os.getpid()
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()  # notified when a run arrives while the thread waits for one
         self._runs: dict[str, tuple[str, threading.Event]] = {}  # worker -> (task id, cancel event)
         self._slotted: set[str] = set()  # the runs holding a concurrency slot, renewed with their leases
         self._deadlines: dict[str, Deadline] = {}
-        self._wake = threading.Event()  # set when a run arrives while the thread waits for one
         self._waiting = False
         self._thread: threading.Thread | None = None
 
@@ -57,8 +56,7 @@ class LeaseMonitor:
                 self._thread = threading.Thread(target=self._loop, name="mcptasks-leases", daemon=True)
                 self._thread.start()
             elif self._waiting:
-                self._waiting = False
-                self._wake.set()
+                self._lock.notify()
 
     def forget(self, worker: str) -> None:
         # No wake-up (a short run would cost two): the next tick finds the run gone.
@@ -74,15 +72,13 @@ class LeaseMonitor:
     def _loop(self) -> None:
         next_beat = time.monotonic() + settings.HEARTBEAT_SECONDS
         while True:
-            with self._lock:
-                idle = self._waiting = not self._runs
-                if idle:
-                    self._wake.clear()
-            if idle:
-                connection.close()  # hold no connection while waiting for a run
-                self._wake.wait()
+            if not self._runs:  # hold no connection while waiting for a run
+                connection.close()
+                with self._lock:
+                    self._waiting = True
+                    self._lock.wait_for(lambda: self._runs)
+                    self._waiting = False
                 next_beat = time.monotonic() + settings.HEARTBEAT_SECONDS
-                continue
             time.sleep(settings.CANCEL_POLL_SECONDS)
             self._run_deadlines()
             with self._lock:
@@ -108,8 +104,7 @@ class LeaseMonitor:
     def _run_deadlines(self) -> None:
         now = time.monotonic()
         with self._lock:
-            due = [w for w, (at, _) in self._deadlines.items() if at <= now]
-            actions = [(w, self._deadlines.pop(w)[1]) for w in due]
+            actions = [(w, self._deadlines.pop(w)[1]) for w, (at, _) in list(self._deadlines.items()) if at <= now]
         for worker, action in actions:
             try:
                 action()
