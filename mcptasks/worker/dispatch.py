@@ -5,7 +5,6 @@ sweeper re-enqueues a ``working`` task nobody claimed within ``DISPATCH_GRACE_SE
 
 from __future__ import annotations
 
-import functools
 import logging
 from typing import Any
 
@@ -18,19 +17,8 @@ logger = logging.getLogger("mcptasks.runtime")
 PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
 
 
-@functools.cache
-def _check_broker() -> None:
-    """Once per process: on a Redis broker, publish without a new redis-py client per message."""
-    try:
-        conf = run_task.app.conf
-        if brokers.uses_redis((conf.broker_url, conf.broker_write_url)):
-            brokers.keep_redis_clients()
-    except Exception:  # a cost, not a safety, measure: publish as Celery would
-        logger.warning("could not check the broker before publishing", exc_info=True)
-
-
 def enqueue_run(task_id: str, route: dispatch.Route) -> bool:
-    _check_broker()
+    brokers.before_first_publish(run_task.app)
     options: dict[str, Any] = {"queue": route.queue, "time_limit": route.kill_after, "countdown": route.countdown}
     try:
         # A short retry: after a broker restart the pooled connection is dead,

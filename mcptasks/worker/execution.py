@@ -88,7 +88,7 @@ def _run_task(task_id: str, worker: str, slotted: bool = False) -> str:
     )
     hard_stop = _HardStop(task, controls.time_limit, worker, cancel_event) if controls.time_limit else None
     deadline = (time.monotonic() + hard_stop.limit, hard_stop) if hard_stop else None
-    leases.monitor.watch(task_id, worker, cancel_event, deadline, slotted=slotted)
+    leases.monitor.watch(task_id, worker, cancel_event, deadline, slot=slotted)
     outcome = _call(task, tool, ctx, status, controls, worker)
     # Its hard limit ended the task as the tool's error, whatever the tool did after: so does its span.
     return "tool_error" if hard_stop is not None and hard_stop.ended() else outcome
@@ -149,9 +149,9 @@ def _call(
 
 @dataclasses.dataclass
 class _HardStop:
-    """At a run's hard time limit, on the lease monitor's thread: end the task as the tool's
-    error, then stop the tool at its next check. A prefork pool kills the process soon
-    after; on a thread pool the tool's own ending, if it comes, is refused with the lease."""
+    """At a run's hard time limit (on the lease monitor's thread): end the task as the tool's
+    error, then stop the tool. A prefork pool kills the process soon after; on a thread pool
+    the tool's own ending, if it comes, is refused with the lease."""
 
     task: Task
     limit: float

@@ -29,28 +29,23 @@ class LeaseMonitor:
         self._pid = os.getpid()
         self._lock = threading.Condition()  # notified when a run arrives while the thread waits for one
         self._runs: dict[str, tuple[str, threading.Event]] = {}  # worker -> (task id, cancel event)
-        self._slotted: set[str] = set()  # the runs holding a concurrency slot, renewed with their leases
+        self._slotted: set[str] = set()
         self._deadlines: dict[str, Deadline] = {}
         self._waiting = False
         self._thread: threading.Thread | None = None
 
     def watch(
-        self,
-        task_id: str,
-        worker: str,
-        cancel_event: threading.Event,
-        deadline: Deadline | None = None,
-        slotted: bool = False,
+        self, task_id: str, worker: str, cancel: threading.Event, deadline: Deadline | None = None, slot: bool = False
     ) -> None:
-        """Watch a run (holding a concurrency slot if ``slotted``); at its
+        """Watch a run (holding a concurrency ``slot``, renewed with its lease); at its
         ``deadline``, unless forgotten, run the deadline's action on this thread."""
         if self._pid != os.getpid():  # forked: the parent's thread did not come along
             self._reset()
         with self._lock:
-            self._runs[worker] = (task_id, cancel_event)
+            self._runs[worker] = (task_id, cancel)
             if deadline is not None:
                 self._deadlines[worker] = deadline
-            if slotted:
+            if slot:
                 self._slotted.add(worker)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._loop, name="mcptasks-leases", daemon=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import logging
 import uuid
 import weakref
@@ -112,9 +113,9 @@ class LoopPublisher:
 
         route = route or dispatch.Route(self.messages.queue)
         queue = route.queue or self.messages.queue
-        if queue not in self.by_queue:
+        if queue not in self.by_queue and not route.countdown:
             self.by_queue[queue] = _template(queue)
-        messages = self.by_queue[queue] if not route.countdown else None
+        messages = None if route.countdown else self.by_queue[queue]
         if messages is None:
             return await asyncio.to_thread(dispatch.send_on_thread, task_id, route)
         loop = asyncio.get_running_loop()
@@ -129,23 +130,18 @@ class LoopPublisher:
         return True
 
 
-_publishers: dict[tuple[Any, ...], LoopPublisher | None] = {}
-
-
 def loop_sender() -> Callable[[str, dispatch.Route], Awaitable[bool]] | None:
     """The event loop's sender of runs, or ``None`` (creation then stays on a thread)."""
-    # Keyed by what the URL is read from, not the URL, which costs more to read: a
-    # process configures its Celery app once, before it serves.
-    key = (settings.CELERY_QUEUE, _broker_url, run_task.app)
-    if key not in _publishers:
-        _publishers[key] = _publisher()
-    publisher = _publishers[key]
+    publisher = _publisher(settings.CELERY_QUEUE, _broker_url, run_task.app)
     return publisher.send if publisher is not None else None
 
 
-def _publisher() -> LoopPublisher | None:
-    conf = run_task.app.conf
-    url = _broker_url()
+# Keyed by what the URL is read from, not the URL, which costs more to read: a
+# process configures its Celery app once, before it serves.
+@functools.cache
+def _publisher(queue_name: str | None, broker_url: Callable[[], Any], app: Any) -> LoopPublisher | None:
+    conf = app.conf
+    url = broker_url()
     if isinstance(url, list | tuple) and len(url) == 1:
         url = url[0]
     # Only where the template is what kombu sends: one redis:// or rediss:// URL (no
@@ -159,5 +155,5 @@ def _publisher() -> LoopPublisher | None:
         and not conf.task_compression
     ):
         return None
-    messages = _template()
+    messages = _template(queue_name)
     return LoopPublisher(messages, url) if messages is not None else None
