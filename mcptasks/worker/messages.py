@@ -31,15 +31,12 @@ class RunMessages:
     def __init__(self, queue_name: str | None = None) -> None:
         app = run_task.app
         options: dict[str, Any] = dict(run_task._get_exec_options())  # type: ignore[attr-defined]
-        queue_name = queue_name or settings.CELERY_QUEUE
-        if queue_name:
-            options["queue"] = queue_name
+        options["queue"] = queue_name or settings.CELERY_QUEUE or options["queue"]
         routed = app.amqp.router.route(options, run_task.name, (_PROBE,), {}, None)
         queue = routed["queue"]
         exchange, routing_key = routed.get("exchange"), routed.get("routing_key")
         exchange_type = routed.get("exchange_type") or queue.exchange.type or "direct"
-        # As ``send_task_message`` does: a direct route without both an
-        # exchange and a key goes to the queue through the anonymous exchange.
+        # As ``send_task_message`` does: a direct route short of an exchange or key takes the anonymous one.
         if (not exchange or not routing_key) and exchange_type == "direct":
             exchange, routing_key = "", queue.name
         self.exchange = getattr(exchange, "name", exchange)
