@@ -28,7 +28,7 @@ builds a new redis-py client object for every command it sends without one
 (each publish, each acknowledgement), and building one costs more CPU than
 the publish's own round trip. The channel keeps one instead, on the same
 connection pool. The worker applies it with the hardening; the web process,
-at its first run publish on a Redis broker (``dispatch.enqueue_run``).
+at its first run publish on a Redis broker (:func:`before_first_publish`).
 """
 
 from __future__ import annotations
@@ -143,6 +143,18 @@ def uses_redis(urls: Iterable[Any]) -> bool:
             if scheme in REDIS_SCHEMES:
                 return True
     return False
+
+
+@functools.cache
+def before_first_publish(app: Any) -> None:
+    """Once per Celery app, in the process that publishes runs: on a Redis broker,
+    :func:`keep_redis_clients`. Never raises."""
+    try:
+        conf = app.conf
+        if uses_redis((conf.broker_url, conf.broker_write_url)):
+            keep_redis_clients()
+    except Exception:  # a cost, not a safety, measure: publish as Celery would
+        logger.warning("could not check the broker before publishing", exc_info=True)
 
 
 def on_worker_init(sender: Any = None, **kwargs: Any) -> None:
