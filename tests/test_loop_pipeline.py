@@ -1,4 +1,4 @@
-"""The event loop's pipeline (``protocol/modern/on_loop.py``): a task tool's
+"""The event loop's pipeline (``protocol/modern/handlers.py``, ``serve_on_loop``): a task tool's
 creation and ``tasks/cancel`` on both paths, thread and loop (``poll_rpc``),
 with the same rows, events, counts and answers; a creation on the loop
 commits, then publishes its run, then answers."""
@@ -230,10 +230,10 @@ def test_two_updates_at_once_each_answering_one_question_resume_the_task_once(lo
 
 
 def test_the_asgi_route_looks_for_every_method_the_loop_serves():
-    from mcptasks.protocol.modern import on_loop
+    from mcptasks.protocol.modern import handlers
     from mcptasks.web import asgi
 
-    assert {method.decode() for method in asgi._LOOP_METHODS} == set(on_loop.METHODS)
+    assert {method.decode() for method in asgi._LOOP_METHODS} == set(handlers.LOOP_METHODS)
 
 
 @postgres_only.LOOP_POLLS

@@ -39,12 +39,12 @@ pytestmark = pytest.mark.django_db(transaction=True)  # /mcp does its database w
 @pytest.fixture
 def entries(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Every time the ASGI route starts to serve a request: on the loop
-    (``on_loop.serve``) or on the thread path (``views.mcp_endpoint``)."""
-    from mcptasks.protocol.modern import on_loop
+    (``handlers.serve_on_loop``) or on the thread path (``views.mcp_endpoint``)."""
+    from mcptasks.protocol.modern import handlers
     from mcptasks.web import views
 
     seen: list[str] = []
-    serve_on_loop, serve_on_thread = on_loop.serve, views.mcp_endpoint
+    serve_on_loop, serve_on_thread = handlers.serve_on_loop, views.mcp_endpoint
 
     async def on_the_loop(*args: Any) -> Any:
         seen.append("loop")
@@ -54,7 +54,7 @@ def entries(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         seen.append("thread")
         return await serve_on_thread(request)
 
-    monkeypatch.setattr(on_loop, "serve", on_the_loop)
+    monkeypatch.setattr(handlers, "serve_on_loop", on_the_loop)
     monkeypatch.setattr(views, "mcp_endpoint", on_a_thread)
     return seen
 

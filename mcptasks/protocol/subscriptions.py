@@ -1,5 +1,6 @@
-"""``subscriptions/listen`` (2026-07-28 + tasks extension): a long-lived SSE
-stream of ``notifications/tasks`` and list-changed notifications.
+"""``subscriptions/listen`` (2026-07-28 + tasks extension): the filter checked
+and acknowledged (:func:`listen`), then a long-lived SSE stream of
+``notifications/tasks`` and list-changed notifications.
 
 The stream is an async generator on the server's event loop: an open
 subscription costs no thread.
@@ -14,11 +15,15 @@ from typing import Any
 from asgiref.sync import sync_to_async
 
 from ..conf import settings
+from ..errors import InvalidParams, missing_tasks_extension
 from ..models import Task
 from ..notify import fabric as notify
 from ..notify.shutdown import shutdown_event
+from . import authorization, limits
+from .caller import Caller
 from .jsonrpc import RequestId
 from .shapes import change_stamp, detailed_task
+from .streaming import Stream
 
 META_SUBSCRIPTION_ID = "io.modelcontextprotocol/subscriptionId"
 
@@ -92,3 +97,34 @@ async def listen_stream(
                     yield _notification("notifications/tasks", message["task"], subscription_id)
         finally:
             stopping.cancel()
+
+
+def listen(params: Mapping[str, Any], caller: Caller, tasks_enabled: bool, request_id: RequestId | None) -> Stream:
+    """Acknowledge the filter, then stream changes. Task ids the caller does not
+    own (or that do not exist) are left out of the acknowledgement: indistinguishable, like tasks/get."""
+    limits.throttle("listen", caller.owner)
+    wanted = params.get("notifications")
+    if not isinstance(wanted, dict):
+        raise InvalidParams('subscriptions/listen needs "notifications" (an object)')
+    acknowledged: dict[str, Any] = {}
+    task_ids: list[str] = []
+    if "taskIds" in wanted:
+        requested = wanted["taskIds"]
+        if not isinstance(requested, list) or not all(isinstance(t, str) for t in requested):
+            raise InvalidParams('"notifications.taskIds" must be an array of strings')
+        if not tasks_enabled:
+            raise missing_tasks_extension()
+        if len(requested) > settings.MAX_LISTEN_TASKS:
+            raise InvalidParams(f"At most {settings.MAX_LISTEN_TASKS} task ids per subscription")
+        requested = list(dict.fromkeys(requested))
+        owned_tasks = list(Task.objects.filter(pk__in=requested, owner=caller.owner).only("id", "tool_name"))
+        for task in owned_tasks:
+            authorization.require_task(caller, task)
+        owned = {task.id for task in owned_tasks}
+        task_ids = [tid for tid in requested if tid in owned]
+        acknowledged["taskIds"] = task_ids
+    for flag in ("toolsListChanged", "promptsListChanged"):
+        if wanted.get(flag) is True:
+            acknowledged[flag] = True
+    assert request_id is not None  # a request: notifications never reach a handler
+    return Stream(listen_stream(request_id, acknowledged, task_ids))

@@ -1,21 +1,12 @@
 """The task methods, written once for both eras and both routes: a task's
-creation, ``tasks/get`` (a poll: its first outcome read, audit line and
-throttle), ``tasks/update`` (answers to its questions) and ``tasks/cancel``.
-
-Each method here owns its owner lookup, throttle, validation and error
-mapping; an era only shapes what it returns (``shape``). The steps that
-touch the task store are a :class:`Route`'s: the thread route's are plain
-calls, so its methods never suspend and :func:`now` runs them on the
-request's thread; :data:`LOOP`'s are the statements of ``queries.sql`` on
-the event loop's connections, and a step that cannot run on the loop (an
-ORM read, a creation near the owner's quota) is awaited on a thread at that
-step. Nothing is served twice.
-"""
+creation, ``tasks/get``, ``tasks/update`` and ``tasks/cancel``, with their
+owner check, throttle, validation and error mapping; an era only shapes
+what it returns. Their store steps are a :class:`Route`'s (thread or loop)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine, Mapping
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from typing import Any, ParamSpec, TypeVar, cast
 
 from ..conf import settings
 from ..errors import InvalidParams, TaskNotFound
@@ -28,6 +19,7 @@ from . import authorization, limits
 from .caller import Caller
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
 def now(method: Coroutine[Any, Any, T]) -> T:
@@ -35,62 +27,54 @@ def now(method: Coroutine[Any, Any, T]) -> T:
     try:
         method.send(None)
     except StopIteration as done:
-        result: T = done.value
-        return result
+        return cast(T, done.value)
     method.close()
     raise RuntimeError("a thread route's step suspended")
 
 
 class Route:
-    """The task store's steps on a request's thread (ORM, or the named
-    statements on the thread's connection), each an ``async`` plain call."""
+    """The task store's steps on a request's thread: plain calls, never suspended."""
+
+    async def step(self, plain: Callable[P, T], awaited: Callable[P, Awaitable[T]], *args: P.args, **kw: P.kwargs) -> T:
+        """One step, in this route's form: ``plain`` here, ``awaited`` on the loop."""
+        return plain(*args, **kw)
 
     async def lookup(self, task_id: str, owner: str) -> Task | None:
-        return reads.lookup(task_id, owner)
+        return await self.step(reads.lookup, reads.alookup, task_id, owner)
 
     async def poll(self, task_id: str, owner: str, actor: str | None) -> Task | None:
         """The read of a ``tasks/get``; with ``actor``, it marks an outcome's first read."""
-        return reads.lookup(task_id, owner) if actor is None else reads.poll(task_id, owner, actor=actor)
+        if actor is None:
+            return await self.lookup(task_id, owner)
+        return await self.step(reads.poll, reads.apoll, task_id, owner, actor=actor)
 
     async def mark_read(self, task: Task, actor: str) -> Task:
         reads.mark_outcome_read(task, actor=actor)
         return task
 
-    async def throttle_poll(self, task: Task) -> None:
-        limits.throttle_poll(task.owner, task.id, task.poll_interval_ms)
-
-    async def throttle(self, scope: str, owner: str) -> None:
-        limits.throttle(scope, owner)
-
     async def create(self, era: Era, answered: Mapping[str, lifecycle.Answer], **fields: Any) -> Task:
         return lifecycle.create_task(era=era, answered=answered, **fields)
-
-    async def cancel(self, task_id: str, actor: str, reason: str) -> None:
-        lifecycle.cancel(task_id, actor=actor, reason=reason)
-
-    async def submit_input(self, task_id: str, responses: dict[str, Any], actor: str) -> None:
-        lifecycle.submit_input(task_id, responses, actor=actor)
 
     async def on_thread(self, work: Callable[[], T]) -> T:
         return work()
 
 
 class _Loop(Route):
-    """The same steps on the event loop (Postgres, a loop sender installed)."""
+    """The same steps on the event loop (a step it cannot take, on a thread)."""
 
-    async def lookup(self, task_id: str, owner: str) -> Task | None:
-        return await reads.alookup(task_id, owner)
+    async def step(self, plain: Callable[P, T], awaited: Callable[P, Awaitable[T]], *args: P.args, **kw: P.kwargs) -> T:
+        return await awaited(*args, **kw)
 
     async def poll(self, task_id: str, owner: str, actor: str | None) -> Task | None:
+        read_once = super().poll
+
         async def read(task_id: str, owner: str) -> Task | None:
             try:
-                return await _loop_poll(task_id, owner, actor)
+                return await read_once(task_id, owner, actor)
             except sql.NotOnLoop:
-                # A pooled connection that died idle (a database restart)
-                # fails its first statement, and the pool drops it. A read,
-                # and the guarded mark of a first read, may be repeated: once,
-                # on a new connection (a database still down answers 503).
-                return await _loop_poll(task_id, owner, actor)
+                # A pooled connection that died idle (a database restart) fails its first statement and is
+                # dropped: a read, and a first read's guarded mark, may be repeated once (still down: 503).
+                return await read_once(task_id, owner, actor)
 
         # From the snapshot where that is sound: a row the poll's own
         # statement marked read may be kept (its outcome_read_at is set).
@@ -99,12 +83,6 @@ class _Loop(Route):
     async def mark_read(self, task: Task, actor: str) -> Task:
         return await reads.apoll(task.id, task.owner, actor=actor) or task
 
-    async def throttle_poll(self, task: Task) -> None:
-        await limits.athrottle_poll(task.owner, task.id, task.poll_interval_ms)
-
-    async def throttle(self, scope: str, owner: str) -> None:
-        await limits.athrottle(scope, owner)
-
     async def create(self, era: Era, answered: Mapping[str, lifecycle.Answer], **fields: Any) -> Task:
         assert era == Era.MODERN and not answered, "the loop takes a modern task tool's plain creation only"
         task = await lifecycle.acreate_task(**fields)
@@ -112,25 +90,12 @@ class _Loop(Route):
             return await self.on_thread(lambda: lifecycle.create_task(era=era, answered=answered, **fields))
         return task
 
-    async def cancel(self, task_id: str, actor: str, reason: str) -> None:
-        await lifecycle.acancel(task_id, actor=actor, reason=reason)
-
-    async def submit_input(self, task_id: str, responses: dict[str, Any], actor: str) -> None:
-        await lifecycle.asubmit_input(task_id, responses, actor=actor)
-
     async def on_thread(self, work: Callable[[], T]) -> T:
         return await on_a_thread(work)
 
 
-async def _loop_poll(task_id: str, owner: str, actor: str | None) -> Task | None:
-    return await (reads.alookup(task_id, owner) if actor is None else reads.apoll(task_id, owner, actor=actor))
-
-
 THREAD = Route()
 LOOP: Route = _Loop()
-
-
-# Validation and the owner check: both eras' -------------------------------------------------
 
 
 def task_id_param(params: Mapping[str, Any]) -> str:
@@ -152,20 +117,7 @@ def owned_task(caller: Caller, task: Task | None) -> Task:
 
 
 async def task_for(route: Route, caller: Caller, params: Mapping[str, Any]) -> Task:
-    """The caller's task that ``params`` names, or its error."""
     return owned_task(caller, await route.lookup(task_id_param(params), caller.owner))
-
-
-def input_responses(params: Mapping[str, Any]) -> dict[str, Any]:
-    """tasks/update's answers, checked for shape and size (-32602)."""
-    responses = params.get("inputResponses")
-    if not isinstance(responses, dict):
-        raise InvalidParams('"inputResponses" (an object) is required')
-    limits.check_size(responses, settings.MAX_INPUT_RESPONSES_BYTES, "inputResponses")
-    return responses
-
-
-# The methods ---------------------------------------------------------------------------------
 
 
 async def create(
@@ -198,17 +150,14 @@ async def create(
 async def get(
     route: Route, caller: Caller, params: Mapping[str, Any], shape: Callable[[Task], T], *, outcome: bool = True
 ) -> T:
-    """A poll: read, counted, then (``outcome``: the era shows the outcome)
-    its first outcome read marked and each outcome read audited, then shaped
-    (on a thread for a task waiting for input: its questions are an ORM read).
-
-    A caller without scopes has the first read marked by the read itself; a
-    scoped one only once its scopes allowed the task."""
+    """A poll: read, counted, then (``outcome``: the era shows it) the outcome's first read
+    marked (by the read itself, for a caller without scopes) and each read audited, then
+    shaped (on a thread for a task waiting for input: its questions are an ORM read)."""
     owner = caller.owner
     actor = lifecycle.client_actor(owner)
     marks = outcome and caller.scopes is None
     task = owned_task(caller, await route.poll(task_id_param(params), owner, actor if marks else None))
-    await route.throttle_poll(task)
+    await route.step(limits.throttle_poll, limits.athrottle_poll, owner, task.id, task.poll_interval_ms)
     if outcome:
         if task.status in TERMINAL_STATUSES and task.outcome_read_at is None:
             task = await route.mark_read(task, actor)
@@ -220,16 +169,24 @@ async def get(
 
 
 async def update(route: Route, caller: Caller, params: Mapping[str, Any]) -> None:
-    """Answers to a task's questions (``inputResponses``)."""
+    """Answers to a task's questions (``inputResponses``, -32602 if malformed)."""
     task = await task_for(route, caller, params)
-    await route.throttle("update", caller.owner)
-    await route.submit_input(task.id, input_responses(params), lifecycle.client_actor(caller.owner))
+    await route.step(limits.throttle, limits.athrottle, "update", caller.owner)
+    responses = params.get("inputResponses")
+    if not isinstance(responses, dict):
+        raise InvalidParams('"inputResponses" (an object) is required')
+    limits.check_size(responses, settings.MAX_INPUT_RESPONSES_BYTES, "inputResponses")
+    await route.step(
+        lifecycle.submit_input, lifecycle.asubmit_input, task.id, responses, actor=lifecycle.client_actor(caller.owner)
+    )
 
 
 async def cancel(route: Route, caller: Caller, params: Mapping[str, Any], *, reason: str = "") -> Task:
     """Cancel an active task; the task as read before (a finished one is left as it is)."""
     task = await task_for(route, caller, params)
-    await route.throttle("update", caller.owner)
+    await route.step(limits.throttle, limits.athrottle, "update", caller.owner)
     if not task.is_terminal:
-        await route.cancel(task.id, lifecycle.client_actor(caller.owner), reason)
+        await route.step(
+            lifecycle.cancel, lifecycle.acancel, task.id, actor=lifecycle.client_actor(caller.owner), reason=reason
+        )
     return task

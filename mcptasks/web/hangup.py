@@ -15,10 +15,28 @@ that created it, and whatever the thread committed stays committed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+from django.core.exceptions import RequestAborted
+
 T = TypeVar("T")
+
+
+async def until_hangup(respond: Awaitable[None], disconnect: Awaitable[None]) -> None:
+    """``respond`` while ``disconnect`` listens for the client going away (``mcp_router``'s
+    route, as Django's own handler does): a hang-up cancels it, and nothing more is sent."""
+    work = asyncio.ensure_future(respond)
+    listening = asyncio.ensure_future(disconnect)
+    try:
+        await asyncio.wait({work, listening}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (listening, work):
+            if not task.done():
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, RequestAborted):
+                await task
 
 
 async def outliving(work: Awaitable[T], orphaned: Callable[[T], None]) -> T:

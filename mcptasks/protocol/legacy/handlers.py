@@ -41,6 +41,7 @@ from ...tools.invoke import invoke
 from ...tools.registry import Tool, registry
 from .. import authorization, jsonrpc, limits, request_limits, task_methods
 from ..caller import Caller
+from ..modern import catalog
 from ..modern import handlers as modern
 from ..modern.headers import server_info
 from ..replies import WireReply, empty_reply, error_reply, message_reply, result_reply, stream_reply
@@ -374,11 +375,11 @@ def _adapt_questions(call: Call, run: legacy_streams.Run) -> legacy_streams.Run:
     return adapted
 
 
-# Prompts, resources, completion: the 2026-07-28 handlers, in 2025 form ---------------------------------
+# Prompts, resources, completion: the catalogue's, as 2025 answers them ------------------------------------
 
 
 def list_prompts(call: Call) -> Reply:
-    return legacy_result(modern.list_prompts(call.modern_request()))
+    return catalog.list_prompts(call.params)
 
 
 def get_prompt(call: Call) -> Reply:
@@ -398,18 +399,18 @@ def get_prompt(call: Call) -> Reply:
 
 
 def list_resources(call: Call) -> Reply:
-    return legacy_result(modern.list_resources(call.modern_request()))
+    return catalog.list_resources(call.params)
 
 
 def list_resource_templates(call: Call) -> Reply:
-    return legacy_result(modern.list_resource_templates(call.modern_request()))
+    return catalog.list_resource_templates(call.params)
 
 
 def read_resource(call: Call) -> Reply:
     uri = call.params.get("uri")
     if isinstance(uri, str) and registry.find_resource(uri) is None:
         raise ProtocolError(RESOURCE_NOT_FOUND, "Resource not found", {"uri": uri})
-    return legacy_result(modern.read_resource(call.modern_request()))
+    return catalog.read_resource(call.params)
 
 
 def _subscription_uri(call: Call) -> str:
@@ -442,7 +443,7 @@ def unsubscribe(call: Call) -> Reply:
 
 
 def complete_argument(call: Call) -> Reply:
-    return legacy_result(modern.complete_argument(call.modern_request()))
+    return catalog.complete_argument(call.params)
 
 
 _TASK_METHODS = ("tasks/get", "tasks/result", "tasks/list", "tasks/cancel")

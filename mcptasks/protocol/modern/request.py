@@ -1,5 +1,5 @@
-"""One modern request, validated: the input of the thread path's handlers
-(:mod:`handlers`) and of the event loop's (:mod:`on_loop`)."""
+"""One modern request, validated: the input of the handlers (:mod:`handlers`),
+on a thread and on the event loop."""
 
 from __future__ import annotations
 
