@@ -14,19 +14,8 @@ audit_logger = logging.getLogger("mcptasks.audit")
 
 #: The fields ``task_lookup`` reads: those of a DetailedTask.
 LOOKUP_FIELDS = (
-    "id",
-    "owner",
-    "tool_name",
-    "era",
-    "status",
-    "status_message",
-    "result",
-    "error",
-    "created_at",
-    "updated_at",
-    "ttl_ms",
-    "poll_interval_ms",
-    "outcome_read_at",
+    *("id", "owner", "tool_name", "era", "status", "status_message", "result", "error"),
+    *("created_at", "updated_at", "ttl_ms", "poll_interval_ms", "outcome_read_at"),
 )
 
 
@@ -40,13 +29,12 @@ def poll(task_id: str, owner: str, *, actor: str) -> Task | None:
     return backend().poll(task_id, owner, LOOKUP_FIELDS, actor=actor)
 
 
+# The awaited twins raise ``sql.NotOnLoop`` when Postgres fails on the loop.
 async def alookup(task_id: str, owner: str) -> Task | None:
-    """``lookup``, awaited (``sql.NotOnLoop`` when Postgres fails on the loop)."""
     return await backend().alookup(task_id, owner, LOOKUP_FIELDS)
 
 
 async def apoll(task_id: str, owner: str, *, actor: str) -> Task | None:
-    """``poll``, awaited (``sql.NotOnLoop`` when Postgres fails on the loop)."""
     return await backend().apoll(task_id, owner, LOOKUP_FIELDS, actor=actor)
 
 
