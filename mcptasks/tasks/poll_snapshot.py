@@ -80,11 +80,8 @@ class Snapshot:
         row = self.rows.get(task_id)
         return row if row is not None and row.owner == owner else None
 
-    def token(self) -> int:  # taken before a database read, for :meth:`store`
-        return self.applied
-
     def store(self, task: Task, token: int) -> bool:
-        """Keep ``task`` if it may be served and no change of it was applied since its read began."""
+        """Keep ``task`` if it may be served and no change of it was applied since its read began (at ``token``)."""
         if not self.up or token < self.floor or self.invalidated_at.get(task.id, -1) > token or not _keepable(task):
             return False
         _remember(self.rows, task.id, task, self.capacity)
@@ -206,9 +203,6 @@ class Snapshot:
         for conn in [*self.connections, self.sender_conn]:
             _close(conn)
 
-    def stats(self) -> Stats:
-        return replace(self.counts)
-
 
 def _keepable(task: Task) -> bool:
     # Working tasks (served behind a fence); finished ones once their outcome's first read wrote its mark.
@@ -266,7 +260,7 @@ async def lookup(task_id: str, owner: str, read: Callable[[str, str], Awaitable[
         snapshot.counts.served += 1
         return row
     marked = task_id in snapshot.marked  # before the read: then its row may be kept
-    token = snapshot.token()
+    token = snapshot.applied
     task = await read(task_id, owner)
     snapshot.counts.read += 1
     if task is not None and snapshot.up and _keepable(task):
@@ -279,7 +273,7 @@ async def lookup(task_id: str, owner: str, read: Callable[[str, str], Awaitable[
 
 def stats() -> Stats | None:
     snapshot = _snapshots.get(asyncio.get_running_loop())
-    return snapshot.stats() if snapshot is not None else None
+    return replace(snapshot.counts) if snapshot is not None else None
 
 
 def close_all() -> None:

@@ -24,8 +24,7 @@ def lookup(task_id: str, owner: str) -> Task | None:
 
 
 def poll(task_id: str, owner: str, *, actor: str) -> Task | None:
-    """``lookup``, marking a finished task's first outcome read by ``actor``
-    (``outcome_read_at``, a ``result_retrieved`` event); the caller logs the read."""
+    """``lookup``, marking a finished task's first outcome read by ``actor``; the caller logs the read."""
     return backend().poll(task_id, owner, LOOKUP_FIELDS, actor=actor)
 
 

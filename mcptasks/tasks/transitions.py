@@ -107,9 +107,8 @@ def request_input(task_id: str, requests: Mapping[str, Mapping[str, Any]], *, wo
 
 
 def submit_input(task_id: str, responses: Mapping[str, Any], *, actor: str) -> list[str]:
-    """Record answers to pending requests, at most once each, all or nothing
-    (-32602 for one malformed); resume the task when none is left. Returns the
-    keys accepted (unknown, answered or withdrawn keys are ignored)."""
+    """Record answers to pending requests, at most once each, all or nothing (-32602 for one malformed);
+    resume the task when none is left. The keys accepted (unknown, answered or withdrawn ones are ignored)."""
     return backend().submit_input(task_id, responses, actor=actor, decide=partial(_decide, responses))
 
 
