@@ -45,7 +45,7 @@ def up_snapshot(capacity: int = 100) -> poll_snapshot.Snapshot:
 
 def test_a_kept_row_answers_its_owner_only():
     snapshot = up_snapshot()
-    assert snapshot.store(row(), snapshot.token())
+    assert snapshot.store(row(), snapshot.applied)
     assert snapshot.cached("t1", "alice") is not None
     assert snapshot.cached("t1", "mallory") is None
 
@@ -53,45 +53,45 @@ def test_a_kept_row_answers_its_owner_only():
 def test_nothing_is_kept_while_the_listener_is_down():
     snapshot = up_snapshot()
     snapshot.up = False
-    assert not snapshot.store(row(), snapshot.token())
+    assert not snapshot.store(row(), snapshot.applied)
     assert snapshot.cached("t1", "alice") is None
 
 
 def test_a_row_read_before_a_change_is_applied_is_not_kept():
     snapshot = up_snapshot()
-    token = snapshot.token()
+    token = snapshot.applied
     snapshot.invalidate("t1")  # committed after the read began
     assert not snapshot.store(row(), token)
-    assert snapshot.store(row(), snapshot.token()), "a read begun after the change may be kept"
+    assert snapshot.store(row(), snapshot.applied), "a read begun after the change may be kept"
 
 
 def test_a_change_of_another_task_does_not_refuse_a_row():
     snapshot = up_snapshot()
-    token = snapshot.token()
+    token = snapshot.applied
     snapshot.invalidate("t2")
     assert snapshot.store(row(), token)
 
 
 def test_an_applied_change_drops_the_row():
     snapshot = up_snapshot()
-    snapshot.store(row(), snapshot.token())
+    snapshot.store(row(), snapshot.applied)
     snapshot.invalidate("t1")
     assert snapshot.cached("t1", "alice") is None
 
 
 def test_a_flush_empties_and_refuses_reads_begun_before_it():
     snapshot = up_snapshot()
-    snapshot.store(row("t1"), snapshot.token())
-    token = snapshot.token()
+    snapshot.store(row("t1"), snapshot.applied)
+    token = snapshot.applied
     snapshot.flush()
     assert snapshot.cached("t1", "alice") is None
     assert not snapshot.store(row("t2"), token)
-    assert snapshot.store(row("t2"), snapshot.token())
+    assert snapshot.store(row("t2"), snapshot.applied)
 
 
 def test_forgotten_invalidation_marks_refuse_older_reads():
     snapshot = up_snapshot(capacity=1)
-    token = snapshot.token()
+    token = snapshot.applied
     for n in range(5):  # more marks than kept: they are dropped
         snapshot.invalidate(f"other-{n}")
     snapshot.invalidate("t1")
@@ -101,16 +101,16 @@ def test_forgotten_invalidation_marks_refuse_older_reads():
 def test_only_rows_that_may_be_served_are_kept():
     snapshot = up_snapshot()
     read_at = timezone.now()
-    assert not snapshot.store(row("wait", status=TaskStatus.INPUT_REQUIRED), snapshot.token())
-    assert not snapshot.store(row("unread", status=TaskStatus.COMPLETED), snapshot.token()), "first read writes"
-    assert snapshot.store(row("read", status=TaskStatus.COMPLETED, outcome_read_at=read_at), snapshot.token())
-    assert snapshot.store(row("cancelled", status=TaskStatus.CANCELLED, outcome_read_at=read_at), snapshot.token())
+    assert not snapshot.store(row("wait", status=TaskStatus.INPUT_REQUIRED), snapshot.applied)
+    assert not snapshot.store(row("unread", status=TaskStatus.COMPLETED), snapshot.applied), "first read writes"
+    assert snapshot.store(row("read", status=TaskStatus.COMPLETED, outcome_read_at=read_at), snapshot.applied)
+    assert snapshot.store(row("cancelled", status=TaskStatus.CANCELLED, outcome_read_at=read_at), snapshot.applied)
 
 
 def test_the_oldest_row_goes_first_past_the_capacity():
     snapshot = up_snapshot(capacity=2)
     for name in ("a", "b", "c"):
-        snapshot.store(row(name), snapshot.token())
+        snapshot.store(row(name), snapshot.applied)
     assert [snapshot.cached(n, "alice") is not None for n in ("a", "b", "c")] == [False, True, True]
 
 
@@ -196,7 +196,7 @@ def test_a_committed_change_drops_the_row():
         await poll_snapshot.lookup(task.id, task.owner, task_reads.alookup)
         assert snapshot.cached(task.id, task.owner) is None, "a task polled once is not kept"
         await change(task.id, status_message="unwatched", updated_at=timezone.now())
-        assert await snapshot.fence() and snapshot.stats().invalidated == 0, "a task nobody keeps is silent"
+        assert await snapshot.fence() and snapshot.counts.invalidated == 0, "a task nobody keeps is silent"
         await poll_snapshot.lookup(task.id, task.owner, task_reads.alookup)  # marks it
         assert await asyncio.to_thread(lambda: Task.objects.filter(pk=task.id, snapshot_watched=True).exists())
         assert snapshot.cached(task.id, task.owner) is None, "a row read before the mark is not kept"
@@ -210,7 +210,7 @@ def test_a_committed_change_drops_the_row():
         await asyncio.to_thread(lambda: Task.objects.filter(pk=task.id).delete())
         await until(lambda: snapshot.cached(task.id, task.owner) is None, "the delete never arrived")
         gone = await poll_snapshot.lookup(task.id, task.owner, task_reads.alookup)
-        return kept, snapshot.stats().invalidated == 2, gone is None
+        return kept, snapshot.counts.invalidated == 2, gone is None
 
     assert run_on_loop(scenario) == (True, True, True), "a lease renewal is silent; a change and a delete are not"
 
@@ -244,7 +244,7 @@ def test_a_first_outcome_read_and_a_waiting_task_are_never_kept():
         snapshot = await listening()
         for task in (unread, waiting, unread, waiting):
             await poll_snapshot.lookup(task.id, task.owner, task_reads.alookup)
-        return snapshot.stats().served
+        return snapshot.counts.served
 
     assert run_on_loop(scenario) == 0
 
@@ -258,20 +258,20 @@ def test_a_reconnect_flushes_and_nothing_is_served_while_down():
         for _ in range(3):
             await poll_snapshot.lookup(task.id, task.owner, task_reads.alookup)
         assert snapshot.cached(task.id, task.owner) is not None
-        flushes = snapshot.stats().flushes
+        flushes = snapshot.counts.flushes
         pid = snapshot.connections[0].pgconn.backend_pid
         await asyncio.to_thread(_terminate, pid)
         await until(lambda: not snapshot.up, "the listener never noticed")
         assert snapshot.cached(task.id, task.owner) is None
-        served = snapshot.stats().served
+        served = snapshot.counts.served
         assert (await poll_snapshot.lookup(task.id, task.owner, task_reads.alookup)) is not None
-        assert snapshot.stats().served == served, "served while down"
+        assert snapshot.counts.served == served, "served while down"
         assert snapshot.cached(task.id, task.owner) is None, "kept while down"
         await until(lambda: snapshot.up, "the listener never reconnected")
-        assert snapshot.stats().flushes > flushes
+        assert snapshot.counts.flushes > flushes
         await poll_snapshot.lookup(task.id, task.owner, task_reads.alookup)
         assert (await poll_snapshot.lookup(task.id, task.owner, task_reads.alookup)) is not None
-        assert snapshot.stats().served == served + 1
+        assert snapshot.counts.served == served + 1
 
     run_on_loop(scenario)
 
@@ -319,7 +319,7 @@ def test_polls_through_the_route_see_a_change_at_once(settings, redis_poll_throt
         task_id = created["taskId"]
         for _ in range(5):
             assert (await send("tasks/get", {"taskId": task_id}))["status"] == "working"
-        assert snapshot.stats().served >= 2, "polls of an unchanged task were read"
+        assert snapshot.counts.served >= 2, "polls of an unchanged task were read"
         await change(task_id, status_message="almost", updated_at=timezone.now())
         assert (await send("tasks/get", {"taskId": task_id})).get("statusMessage") == "almost"
 
@@ -365,7 +365,7 @@ def test_no_poll_is_older_than_a_change_committed_before_it():
         finally:
             stop.set()
             await asyncio.to_thread(thread.join)
-        return sum(counts), snapshot.stats()
+        return sum(counts), snapshot.counts
 
     polls, stats = run_on_loop(scenario)
     assert committed[0] > 20, "the writer hardly wrote"
@@ -380,10 +380,10 @@ def test_concurrent_polls_mark_a_task_once():
     async def scenario() -> tuple[int, bool]:
         snapshot = await listening()
         await poll_snapshot.lookup(task.id, task.owner, task_reads.alookup)  # polled once: not marked
-        assert snapshot.stats().marked == 0
+        assert snapshot.counts.marked == 0
         await asyncio.gather(*(poll_snapshot.lookup(task.id, task.owner, task_reads.alookup) for _ in range(8)))
         await poll_snapshot.lookup(task.id, task.owner, task_reads.alookup)
-        return snapshot.stats().marked, snapshot.cached(task.id, task.owner) is not None
+        return snapshot.counts.marked, snapshot.cached(task.id, task.owner) is not None
 
     assert run_on_loop(scenario) == (1, True)
 
@@ -399,7 +399,7 @@ def test_a_task_whose_second_poll_reads_its_outcome_first_is_not_marked():
         await poll_snapshot.lookup(task.id, task.owner, task_reads.alookup)
         await asyncio.to_thread(lambda: Task.objects.filter(pk=task.id).update(status=TaskStatus.COMPLETED))
         await poll_snapshot.lookup(task.id, task.owner, task_reads.alookup)  # the outcome, not yet read
-        return snapshot.stats().marked
+        return snapshot.counts.marked
 
     assert run_on_loop(scenario) == 0
     assert not Task.objects.get(pk=task.id).snapshot_watched

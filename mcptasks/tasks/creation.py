@@ -22,8 +22,7 @@ from .store import backend
 def clamp_ttl(requested_ms: int | None, tool_default_ms: int | None = None) -> int:
     """The request's TTL, else the tool's, else the site's default; never above ``MAX_TTL_MS``."""
     ttl = requested_ms if requested_ms is not None else tool_default_ms
-    if ttl is None:
-        ttl = settings.DEFAULT_TTL_MS
+    ttl = settings.DEFAULT_TTL_MS if ttl is None else ttl
     return max(0, min(int(ttl), int(settings.MAX_TTL_MS)))
 
 
@@ -102,9 +101,8 @@ async def acreate_task(
     ttl_ms: int | None = None,
     poll_interval_ms: int | None = None,
 ) -> Task | None:
-    """``create_task`` of a modern-era task on the event loop (the store's
-    ``acreate``); ``None``, having done nothing, near the owner's quota: the
-    caller then takes ``create_task`` on a thread."""
+    """``create_task`` of a modern-era task on the event loop (the store's ``acreate``); ``None``,
+    having done nothing, near the owner's quota: the caller then takes ``create_task`` on a thread."""
     fields: dict[str, Any] = {
         "owner": owner,
         "tool_name": tool_name,

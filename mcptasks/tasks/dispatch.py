@@ -1,9 +1,5 @@
-"""The seam through which a task's run leaves the domain for a worker.
-
-The domain asks for a run with ``enqueue_run`` after commit and never imports
-the worker: the runtime that sends runs (Celery, ``mcptasks.worker.dispatch``)
-installs itself here when the app is ready.
-"""
+"""The seam through which a task's run leaves the domain (``enqueue_run``, after commit) for a worker:
+the runtime that sends runs (Celery, ``mcptasks.worker.dispatch``) installs itself here when the app is ready."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""Polls of unchanged tasks answered without a database read (Postgres).
-
-Each event loop keeps the task rows its polls last read and drops one when a
-trigger (migration 0010) notifies ``CHANNEL`` of a change to it. When a row may
-be served, and why that is sound: docs/architecture.md, "Polls from the snapshot".
-"""
+"""Polls of unchanged tasks answered without a database read (Postgres): each event loop keeps the rows
+its polls last read and drops one when a trigger (migration 0010) notifies ``CHANNEL`` of a change to it.
+When a row may be served, and why that is sound: docs/architecture.md, "Polls from the snapshot"."""
 
 from __future__ import annotations
 
@@ -31,7 +28,6 @@ logger = logging.getLogger("mcptasks.poll_snapshot")
 CHANNEL = "mcptasks_task"
 #: How long a poll waits for its fence before it reads the database instead.
 FENCE_TIMEOUT_SECONDS = 1.0
-APPLICATION_NAME = "mcptasks poll snapshot"
 RECONNECT_SECONDS = 0.5
 
 
@@ -54,7 +50,7 @@ class Snapshot:
         connection = connections[alias]
         params = connection.get_connection_params()
         params.pop("cursor_factory", None)  # Django's is synchronous
-        self.params = {**params, "application_name": APPLICATION_NAME, "autocommit": True}
+        self.params = {**params, "application_name": "mcptasks poll snapshot", "autocommit": True}
         table = connection.ops.quote_name(Task._meta.db_table)
         self.mark_sql = f"UPDATE {table} SET snapshot_watched = true WHERE id = %s AND NOT snapshot_watched"
         self.capacity = max(1, capacity)
@@ -84,12 +80,8 @@ class Snapshot:
         row = self.rows.get(task_id)
         return row if row is not None and row.owner == owner else None
 
-    def token(self) -> int:  # taken before a database read, for :meth:`store`
-        return self.applied
-
     def store(self, task: Task, token: int) -> bool:
-        """Keep ``task`` if it may be served and no change of it was applied
-        since its read began (at ``token``)."""
+        """Keep ``task`` if it may be served and no change of it was applied since its read began (at ``token``)."""
         if not self.up or token < self.floor or self.invalidated_at.get(task.id, -1) > token or not _keepable(task):
             return False
         _remember(self.rows, task.id, task, self.capacity)
@@ -114,8 +106,7 @@ class Snapshot:
         self.floor = self.applied
 
     async def fence(self) -> bool:
-        """Wait until every notification committed before this call has been
-        applied; ``False`` if that cannot be known (listener down, timeout)."""
+        """Wait until every notification committed before this call is applied; ``False`` if unknown."""
         if not self.up:
             return False
         self.counts.fences += 1
@@ -130,8 +121,7 @@ class Snapshot:
             return False
 
     async def watch(self, task_id: str) -> None:
-        """On the second poll here of a task whose read was keepable, mark it
-        watched (one mark for concurrent polls): rows read after it may be kept."""
+        """Mark a task watched (once) on its second keepable poll here: rows read after that may be kept."""
         if task_id in self.marked:
             return
         if task_id not in self.seen:
@@ -144,11 +134,10 @@ class Snapshot:
         await asyncio.shield(marking)
 
     async def _mark(self, task_id: str) -> bool:
-        if not await self._send(self.mark_sql, [task_id], "mark a task"):
-            return False
-        self.counts.marked += 1
-        _remember(self.marked, task_id, None, 4 * self.capacity)
-        return True
+        if marked := await self._send(self.mark_sql, [task_id], "mark a task"):
+            self.counts.marked += 1
+            _remember(self.marked, task_id, None, 4 * self.capacity)
+        return marked
 
     async def _send(self, statement: str, params: list[str], doing: str) -> bool:
         import psycopg
@@ -193,19 +182,17 @@ class Snapshot:
             await asyncio.sleep(RECONNECT_SECONDS)
 
     async def _send_markers(self) -> None:
-        """Send a marker for the polls gathered so far, wait for it, repeat
-        while more polls gathered meanwhile (so one marker serves many)."""
+        """Send one marker for the polls gathered so far and wait for it; again while more gathered."""
         while self.next_batch is not None and self.up:
             batch, self.next_batch = self.next_batch, None
             self.marker_count += 1
             marker = str(self.marker_count)
             self.markers[marker] = batch
-            if not await self._send("SELECT pg_notify(%s, %s)", [self.sync_channel, marker], "send its fence"):
-                self.markers.pop(marker, None)
-                _settle(batch, False)
-                continue
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(batch), FENCE_TIMEOUT_SECONDS)
+            if await self._send("SELECT pg_notify(%s, %s)", [self.sync_channel, marker], "send its fence"):
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(batch), FENCE_TIMEOUT_SECONDS)
+            else:
+                _settle(self.markers.pop(marker, None), False)
 
     def close(self) -> None:
         """Stop listening and close the connections without awaiting (the loop may be gone)."""
@@ -215,9 +202,6 @@ class Snapshot:
                 work.cancel()
         for conn in [*self.connections, self.sender_conn]:
             _close(conn)
-
-    def stats(self) -> Stats:
-        return replace(self.counts)
 
 
 def _keepable(task: Task) -> bool:
@@ -276,7 +260,7 @@ async def lookup(task_id: str, owner: str, read: Callable[[str, str], Awaitable[
         snapshot.counts.served += 1
         return row
     marked = task_id in snapshot.marked  # before the read: then its row may be kept
-    token = snapshot.token()
+    token = snapshot.applied
     task = await read(task_id, owner)
     snapshot.counts.read += 1
     if task is not None and snapshot.up and _keepable(task):
@@ -289,7 +273,7 @@ async def lookup(task_id: str, owner: str, read: Callable[[str, str], Awaitable[
 
 def stats() -> Stats | None:
     snapshot = _snapshots.get(asyncio.get_running_loop())
-    return snapshot.stats() if snapshot is not None else None
+    return replace(snapshot.counts) if snapshot is not None else None
 
 
 def close_all() -> None:

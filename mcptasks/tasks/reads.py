@@ -14,19 +14,8 @@ audit_logger = logging.getLogger("mcptasks.audit")
 
 #: The fields ``task_lookup`` reads: those of a DetailedTask.
 LOOKUP_FIELDS = (
-    "id",
-    "owner",
-    "tool_name",
-    "era",
-    "status",
-    "status_message",
-    "result",
-    "error",
-    "created_at",
-    "updated_at",
-    "ttl_ms",
-    "poll_interval_ms",
-    "outcome_read_at",
+    *("id", "owner", "tool_name", "era", "status", "status_message", "result", "error"),
+    *("created_at", "updated_at", "ttl_ms", "poll_interval_ms", "outcome_read_at"),
 )
 
 
@@ -35,18 +24,16 @@ def lookup(task_id: str, owner: str) -> Task | None:
 
 
 def poll(task_id: str, owner: str, *, actor: str) -> Task | None:
-    """``lookup``, marking a finished task's first outcome read by ``actor``
-    (``outcome_read_at``, a ``result_retrieved`` event); the caller logs the read."""
+    """``lookup``, marking a finished task's first outcome read by ``actor``; the caller logs the read."""
     return backend().poll(task_id, owner, LOOKUP_FIELDS, actor=actor)
 
 
+# The awaited twins raise ``sql.NotOnLoop`` when Postgres fails on the loop.
 async def alookup(task_id: str, owner: str) -> Task | None:
-    """``lookup``, awaited (``sql.NotOnLoop`` when Postgres fails on the loop)."""
     return await backend().alookup(task_id, owner, LOOKUP_FIELDS)
 
 
 async def apoll(task_id: str, owner: str, *, actor: str) -> Task | None:
-    """``poll``, awaited (``sql.NotOnLoop`` when Postgres fails on the loop)."""
     return await backend().apoll(task_id, owner, LOOKUP_FIELDS, actor=actor)
 
 

@@ -26,8 +26,8 @@ class Run:
 
 
 def claim(task_id: str, *, worker: str) -> Task | None:
-    """Take the lease of a ``working`` task nobody holds a live lease on; ``None``
-    when it is terminal, waiting for input or running elsewhere (a duplicate message)."""
+    """Take the lease of a ``working`` task nobody holds a live lease on; ``None`` when it is terminal,
+    waiting for input or running elsewhere (a duplicate message)."""
     run = start_run(task_id, worker=worker)
     return run.task if run is not None else None
 
@@ -61,14 +61,11 @@ def renew_leases(runs: dict[str, str]) -> set[str]:
 
 def held_leases(runs: dict[str, str]) -> set[str]:
     """The workers of ``runs`` (worker -> task id) whose task is still ``working`` under their lease."""
-    if not runs:
-        return set()
     return set(orm.held(runs).values_list("lease_owner", flat=True))
 
 
 def set_status_message(task_id: str, message: str, *, worker: str, progress: dict[str, Any] | None = None) -> bool:
-    """The running task's status message (and the tool's ``progress`` numbers, if
-    any), while ``worker`` holds its lease, announced to listeners."""
+    """The running task's status message (and the tool's ``progress``) while ``worker`` holds its lease."""
     return backend().set_status_message(task_id, message, worker=worker, actor=worker_actor(worker), progress=progress)
 
 
@@ -82,9 +79,8 @@ def tool_retries(task_id: str) -> int:
 
 
 def schedule_retry(task_id: str, *, worker: str, attempt: int, delay: float, error: str) -> bool:
-    """While ``worker`` holds the lease, give it back with attempt ``attempt``
-    due in ``delay`` seconds (the task stays ``working``; ``attempts``, which
-    counts lost runs, does not count it). The caller sends the run once this commits."""
+    """While ``worker`` holds the lease, give it back with attempt ``attempt`` due in ``delay`` seconds (the
+    task stays ``working``; ``attempts`` counts lost runs, not this). The caller sends the run once this commits."""
     now = timezone.now()
     due = now + timedelta(seconds=delay)
     error = error[:200]

@@ -1,10 +1,5 @@
-"""The guarded transitions: the only code that changes a task's status.
-
-``MOVES`` is the status rule; every transition reads it through
-``allowed_from`` and hands the process's store (``store.backend()``) a
-compare-and-set on those statuses, so racing writers cannot break it
-(docs/architecture.md, "One writer per transition").
-"""
+"""The guarded transitions, the only code that changes a task's status: each reads the rule
+(``MOVES``) through ``allowed_from`` and hands the store a compare-and-set on those statuses."""
 
 from __future__ import annotations
 
@@ -18,6 +13,8 @@ from ..tools.context import validate_input_response
 from ..tools.results import is_tool_error
 from .events import worker_actor
 from .store import backend
+
+Decision = tuple[list[str], bool, dict[str, Any]]
 
 #: The status rule: the statuses each status may move to (a terminal status has no entry).
 MOVES: Mapping[str, frozenset[str]] = {
@@ -42,8 +39,7 @@ def complete(task_id: str, result: dict[str, Any], *, worker: str, message: str 
 
 
 def finish_run(task_id: str, result: dict[str, Any], *, worker: str, to: str, message: str = "") -> bool:
-    """The run holding the lease finished with a result, which leaves the task
-    ``to`` (``completed``, or ``failed`` where the protocol era says so)."""
+    """The leased run's result leaves the task ``to`` (``failed`` where the protocol era says so)."""
     if to not in (TaskStatus.COMPLETED, TaskStatus.FAILED):
         raise ValueError(f"a run cannot finish as {to!r}")
     return _end_run(task_id, worker=worker, to=to, result=result, error=None, message=message)
@@ -102,23 +98,17 @@ async def acancel(task_id: str, *, actor: str, reason: str = "") -> bool:
 def request_input(task_id: str, requests: Mapping[str, Mapping[str, Any]], *, worker: str, message: str = "") -> bool:
     """Record a run's questions (a key keeps its first request), move the task
     to ``input_required`` and release the worker."""
-    to = TaskStatus.INPUT_REQUIRED
+    to, message = TaskStatus.INPUT_REQUIRED, message or "Waiting for input."
     if not may_move(TaskStatus.WORKING, to):
         return False
     return backend().request_input(
-        task_id,
-        requests,
-        allowed=allowed_from(to),
-        worker=worker,
-        actor=worker_actor(worker),
-        message=message or "Waiting for input.",
+        task_id, requests, allowed=allowed_from(to), worker=worker, actor=worker_actor(worker), message=message
     )
 
 
 def submit_input(task_id: str, responses: Mapping[str, Any], *, actor: str) -> list[str]:
-    """Record answers to pending requests, at most once each, all or nothing
-    (-32602 for one malformed); resume the task when none is left. Returns the
-    keys accepted (unknown, answered or withdrawn keys are ignored)."""
+    """Record answers to pending requests, at most once each, all or nothing (-32602 for one malformed);
+    resume the task when none is left. The keys accepted (unknown, answered or withdrawn ones are ignored)."""
     return backend().submit_input(task_id, responses, actor=actor, decide=partial(_decide, responses))
 
 
@@ -126,12 +116,9 @@ async def asubmit_input(task_id: str, responses: Mapping[str, Any], *, actor: st
     return await backend().asubmit_input(task_id, responses, actor=actor, decide=partial(_decide, responses))
 
 
-def _decide(
-    responses: Mapping[str, Any], status: str, rows: Iterable[Any]
-) -> tuple[list[str], bool, dict[str, Any]] | None:
-    """Under the task's lock, given its status and pending questions (key,
-    method, params): the keys accepted, whether it resumes, and the questions;
-    ``None`` when nothing is to be written."""
+def _decide(responses: Mapping[str, Any], status: str, rows: Iterable[Any]) -> Decision | None:
+    """Under the task's lock, given its status and pending questions (key, method, params):
+    the keys accepted, whether it resumes, and the questions; ``None`` when nothing is to be written."""
     if status not in ACTIVE_STATUSES:
         return None
     pending = {key: {"method": method, "params": params} for key, method, params in rows}
