@@ -177,8 +177,7 @@ WITH retried AS (
 SELECT * FROM retried;
 
 -- name: run_slot_wait
--- Every slot of the tool held: the task waits, unclaimed, until ``due``; ``updated_at``
--- moves only when the message changes.
+-- Every slot of the tool held: the task waits, unclaimed, until ``due`` (``updated_at`` on a new message).
 UPDATE mcptasks_task
 SET dispatched_at = %(due)s, status_message = %(message)s,
     updated_at = CASE WHEN status_message = %(message)s THEN updated_at ELSE %(now)s END

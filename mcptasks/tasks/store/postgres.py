@@ -66,8 +66,7 @@ class Postgres:
     def _create_params(
         self, task: Task, actor: str, detail: Mapping[str, Any], answered: Mapping[str, Any], exclusive: bool = False
     ) -> dict[str, Any] | None:
-        """``task_create``'s parameters: far below the owner's quota under its lock shared;
-        ``None`` near it, unless the caller holds the lock alone (``exclusive``)."""
+        """``task_create``'s; ``None`` near the quota unless the caller holds the owner's lock alone."""
         limit = settings.MAX_ACTIVE_TASKS_PER_OWNER
         lock_key, below = None, limit
         if limit is not None and not exclusive:
@@ -98,8 +97,7 @@ class Postgres:
     async def acreate(
         self, task: Task, actor: str, detail: Mapping[str, Any], create: Callable[[], Task]
     ) -> Task | None:
-        """``task_create`` on the loop, then (committed) its signals and the run's publish.
-        ``None``, having done nothing, near the quota; ``create`` on a thread off the loop."""
+        """``task_create`` on the loop, then its signals and the run's publish; ``None`` near the quota."""
         if not sql.loop_available():
             return await on_a_thread(create)
         send = dispatch.loop_sender()
@@ -154,12 +152,11 @@ class Postgres:
     def set_status_message(self, task_id: str, message: str, *, worker: str, actor: str, progress: Any) -> bool:
         params = {"task_id": task_id, "message": message, "now": timezone.now(), "worker": worker}
         task = _task(_run("run_status_message", **params))
-        if task is None:
-            return False
-        transaction.on_commit(
-            lambda: events.announce_committed(task, TaskStatus.WORKING, actor, STATUS_MESSAGE, progress=progress)
-        )
-        return True
+        if task is not None:
+            transaction.on_commit(
+                lambda: events.announce_committed(task, TaskStatus.WORKING, actor, STATUS_MESSAGE, progress=progress)
+            )
+        return task is not None
 
     def release(self, task_id: str, *, worker: str) -> None:
         _run("lease_release", task_id=task_id, worker=worker, now=timezone.now())
@@ -196,11 +193,10 @@ class Postgres:
         values = {"result": sql.db_value(Task, "result", result), "error": sql.db_value(Task, "error", error)}
         params = {"task_id": task_id, "to": str(to), "now": timezone.now(), "message": message, "worker": worker}
         task = _task(_run("run_finish", **params, **values, actor=actor, tool_error=tool_error))
-        if task is None:
-            return False
-        announce(task_id, TaskStatus.WORKING, to, actor, EventKind.TRANSITION, task=task)
-        metrics.task_finished(task.tool_name, to, tool_error=tool_error)
-        return True
+        if task is not None:
+            announce(task_id, TaskStatus.WORKING, to, actor, EventKind.TRANSITION, task=task)
+            metrics.task_finished(task.tool_name, to, tool_error=tool_error)
+        return task is not None
 
     @staticmethod
     def _end(
@@ -251,10 +247,9 @@ class Postgres:
         params["requests"] = sql.db_value(InputRequest, "params", asked)
         params["detail"] = sql.db_value(TaskEvent, "detail", {"keys": sorted(requests)})
         task = _task(_run("input_request", **params))
-        if task is None:
-            return False
-        announce(task_id, TaskStatus.WORKING, TaskStatus.INPUT_REQUIRED, actor, EventKind.TRANSITION, task=task)
-        return True
+        if task is not None:
+            announce(task_id, TaskStatus.WORKING, TaskStatus.INPUT_REQUIRED, actor, EventKind.TRANSITION, task=task)
+        return task is not None
 
     @staticmethod
     def _answer(
