@@ -50,8 +50,7 @@ def _prepare(text: str, max_age: float | None) -> bool:
 
 
 def execute(name: str, params: Mapping[str, Any] | None = None) -> Any:
-    """Run ``name`` on the thread's Django connection; its psycopg cursor, rows unread.
-    Not Django's cursor, which binds client-side and so can never prepare."""
+    """Run ``name`` on the thread's connection; a psycopg cursor (Django's binds client-side), rows unread."""
     import psycopg
 
     text = STATEMENTS[name]
