@@ -7,8 +7,7 @@
 -- The owner's task, with the columns a DetailedTask needs.
 SELECT id, owner, tool_name, era, status, status_message, result, error,
        created_at, updated_at, ttl_ms, poll_interval_ms, outcome_read_at
-FROM mcptasks_task
-WHERE id = %(task_id)s AND owner = %(owner)s;
+FROM mcptasks_task WHERE id = %(task_id)s AND owner = %(owner)s;
 
 -- name: task_poll
 -- tasks/get: ``task_lookup``'s row, and a finished task's first read marked with its
@@ -16,8 +15,7 @@ WHERE id = %(task_id)s AND owner = %(owner)s;
 WITH found AS (
     SELECT id, owner, tool_name, era, status, status_message, result, error,
            created_at, updated_at, ttl_ms, poll_interval_ms, outcome_read_at
-    FROM mcptasks_task
-    WHERE id = %(task_id)s AND owner = %(owner)s
+    FROM mcptasks_task WHERE id = %(task_id)s AND owner = %(owner)s
 ), marked AS (
     UPDATE mcptasks_task SET outcome_read_at = %(now)s
     WHERE id = %(task_id)s AND owner = %(owner)s
@@ -179,8 +177,7 @@ WITH retried AS (
 SELECT * FROM retried;
 
 -- name: run_slot_wait
--- Every slot of the tool held: the task waits, unclaimed, until ``due``; ``updated_at``
--- moves only when the message changes.
+-- Every slot of the tool held: the task waits, unclaimed, until ``due`` (``updated_at`` on a new message).
 UPDATE mcptasks_task
 SET dispatched_at = %(due)s, status_message = %(message)s,
     updated_at = CASE WHEN status_message = %(message)s THEN updated_at ELSE %(now)s END
@@ -215,8 +212,7 @@ WITH prior (prior_id, from_status) AS (
     SELECT id, %(now)s, %(transition)s, from_status, status, %(actor)s, jsonb_build_object() FROM ended
 ), withdrawn AS (
     UPDATE mcptasks_inputrequest SET state = %(withdrawn)s
-    WHERE task_id IN (SELECT id FROM ended WHERE from_status = %(input_required)s)
-      AND state = %(pending)s
+    WHERE task_id IN (SELECT id FROM ended WHERE from_status = %(input_required)s) AND state = %(pending)s
 ), uncounted_kept AS (
     UPDATE mcptasks_activetaskcount SET active = active - 1
     WHERE id = (SELECT id FROM mcptasks_activetaskcount WHERE owner = (SELECT owner FROM ended)
@@ -260,8 +256,7 @@ SELECT status FROM mcptasks_task WHERE id = %(task_id)s FOR UPDATE;
 
 -- name: input_pending
 -- The task's questions still waiting (under ``task_lock``).
-SELECT key, method, params FROM mcptasks_inputrequest
-WHERE task_id = %(task_id)s AND state = %(pending)s;
+SELECT key, method, params FROM mcptasks_inputrequest WHERE task_id = %(task_id)s AND state = %(pending)s;
 
 -- name: input_answer
 -- tasks/update, last (under ``task_lock``): the answers, the ``input`` event, and either the

@@ -50,8 +50,7 @@ def _prepare(text: str, max_age: float | None) -> bool:
 
 
 def execute(name: str, params: Mapping[str, Any] | None = None) -> Any:
-    """Run ``name`` on the thread's Django connection; its psycopg cursor, rows unread.
-    Not Django's cursor, which binds client-side and so can never prepare."""
+    """Run ``name`` on the thread's connection; a psycopg cursor (Django's binds client-side), rows unread."""
     import psycopg
 
     text = STATEMENTS[name]
@@ -72,7 +71,7 @@ def execute(name: str, params: Mapping[str, Any] | None = None) -> Any:
 
 
 def column_names(cursor: Any) -> list[str]:
-    return [column.name for column in cursor.description]
+    return [column.name for column in cursor.description or ()]
 
 
 def db_value(model: type[models.Model], field: str, value: Any) -> Any:
@@ -85,9 +84,6 @@ def db_value(model: type[models.Model], field: str, value: Any) -> Any:
 def strings(values: Sequence[str]) -> list[str]:
     """Choices as plain strings, for an array parameter."""
     return [str(value) for value in values]
-
-
-# The event loop's connections -----------------------------------------------------
 
 
 class Result(NamedTuple):
@@ -113,9 +109,8 @@ class Session(NamedTuple):
         text = STATEMENTS[name]
         async with psycopg.AsyncCursor(self.conn) as cursor:
             await cursor.execute(text, params, prepare=_prepare(text, self.max_age))
-            if cursor.description is None:
-                return Result([], [], cursor.rowcount)
-            return Result(column_names(cursor), await cursor.fetchall(), cursor.rowcount)
+            rows = await cursor.fetchall() if cursor.description else []
+            return Result(column_names(cursor), rows, cursor.rowcount)
 
 
 class NotOnLoop(Exception):
@@ -167,14 +162,11 @@ class _Pool:
                 # Kept unless the database failed, a transaction was left open (a cancelled
                 # request), or it is past CONN_MAX_AGE (0: one per call, as Django would).
                 if conn is not None:
-                    if (
-                        failed
-                        or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
-                        or (self.max_age is not None and time.monotonic() - opened >= self.max_age)
-                    ):
-                        _finish(conn)
-                    else:
+                    idle = not failed and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+                    if idle and (self.max_age is None or time.monotonic() - opened < self.max_age):
                         self.idle.append((conn, opened))
+                    else:
+                        _finish(conn)
 
     def close(self) -> None:
         while self.idle:

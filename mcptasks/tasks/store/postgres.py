@@ -16,17 +16,12 @@ from ...conf import settings
 from ...models import TERMINAL_STATUSES, InputRequest, InputRequestState, Task, TaskEvent, TaskStatus
 from ...telemetry import metrics
 from ...threads import on_a_thread
-from .. import dispatch, quota, sql
-from ..events import (
-    STATUS_MESSAGE,
-    SYSTEM,
-    EventKind,
-    aannounce_committed,
-    aannounce_created,
-    announce,
-    announce_committed,
-)
+from .. import dispatch, events, quota, sql
+from ..events import STATUS_MESSAGE, SYSTEM, EventKind, announce
 from .orm import Decide
+
+#: What a run asks: key -> method and params.
+Questions = Mapping[str, Mapping[str, Any]]
 
 _COLUMNS = [field.attname for field in Task._meta.concrete_fields]
 #: The columns whose values Django adapts for the driver; psycopg sends the rest as they are.
@@ -38,8 +33,7 @@ _FIXED["terminal"] = sql.strings(TERMINAL_STATUSES)
 
 
 def column_params(task: Task) -> dict[str, Any]:
-    """A new task's columns as parameters, as the ORM would save them (``tests/test_sql_home.py``),
-    ``get_db_prep_save`` called only where it changes the value: most of its cost saved."""
+    """A new task's columns as the ORM would save them, adapted only where Django changes the value."""
     params = {name: getattr(task, name) for name in _COLUMNS}
     db = connections[Task.objects.db]
     for field in _ADAPTED_FIELDS:
@@ -50,9 +44,7 @@ def column_params(task: Task) -> dict[str, Any]:
 def _run(name: str, **params: Any) -> sql.Result:
     """``name`` on the thread's connection, its rows read."""
     cursor = sql.execute(name, {**_FIXED, **params})
-    if cursor.description is None:
-        return sql.Result([], [], cursor.rowcount)
-    return sql.Result(sql.column_names(cursor), cursor.fetchall(), cursor.rowcount)
+    return sql.Result(sql.column_names(cursor), cursor.fetchall() if cursor.description else [], cursor.rowcount)
 
 
 async def _arun(name: str, **params: Any) -> sql.Result:
@@ -71,13 +63,10 @@ def _task(result: sql.Result, columns: int | None = None) -> Task | None:
 class Postgres:
     name = "postgres"
 
-    # Creation ----------------------------------------------------------------
-
     def _create_params(
         self, task: Task, actor: str, detail: Mapping[str, Any], answered: Mapping[str, Any], exclusive: bool = False
     ) -> dict[str, Any] | None:
-        """``task_create``'s parameters: far below the owner's quota under its lock shared;
-        ``None`` near it, unless the caller holds the lock alone (``exclusive``)."""
+        """``task_create``'s; ``None`` near the quota unless the caller holds the owner's lock alone."""
         limit = settings.MAX_ACTIVE_TASKS_PER_OWNER
         lock_key, below = None, limit
         if limit is not None and not exclusive:
@@ -91,8 +80,7 @@ class Postgres:
         return params
 
     def insert_created(self, task: Task, actor: str, detail: Mapping[str, Any], answered: Mapping[str, Any]) -> None:
-        """``task_create``, near the quota under the owner's lock alone (docs/architecture.md), or
-        ``TooManyActiveTasks``."""
+        """``task_create``, near the quota under the owner's lock alone, or ``TooManyActiveTasks``."""
         params = self._create_params(task, actor, detail, answered)
         if params is None or _run("task_create", **params).rowcount != 1:
             limit = settings.MAX_ACTIVE_TASKS_PER_OWNER
@@ -109,8 +97,7 @@ class Postgres:
     async def acreate(
         self, task: Task, actor: str, detail: Mapping[str, Any], create: Callable[[], Task]
     ) -> Task | None:
-        """``task_create`` on the loop, then (committed) its signals and the run's publish.
-        ``None``, having done nothing, near the quota; ``create`` on a thread off the loop."""
+        """``task_create`` on the loop, then its signals and the run's publish; ``None`` near the quota."""
         if not sql.loop_available():
             return await on_a_thread(create)
         send = dispatch.loop_sender()
@@ -121,12 +108,10 @@ class Postgres:
             return None
         task._state.adding = False
         task._state.db = Task.objects.db
-        await aannounce_created(task, actor)
+        await events.aannounce_created(task, actor)
         metrics.task_created(task.tool_name, committed=True)
         await send(task.id, dispatch.route(task.tool_name))
         return task
-
-    # Reads ---------------------------------------------------------------------
 
     @staticmethod
     def _poll(task_id: str, owner: str, actor: str) -> dict[str, Any]:
@@ -150,8 +135,6 @@ class Postgres:
         task.outcome_read_at = read.outcome_read_at if read is not None else task.outcome_read_at
         return bool(read is not None and result.first()[-1])
 
-    # Runs ----------------------------------------------------------------------
-
     def claim(
         self, task_id: str, *, worker: str, actor: str, now: datetime, lease: datetime
     ) -> tuple[Task, dict[str, Any]] | None:
@@ -169,12 +152,11 @@ class Postgres:
     def set_status_message(self, task_id: str, message: str, *, worker: str, actor: str, progress: Any) -> bool:
         params = {"task_id": task_id, "message": message, "now": timezone.now(), "worker": worker}
         task = _task(_run("run_status_message", **params))
-        if task is None:
-            return False
-        transaction.on_commit(
-            lambda: announce_committed(task, TaskStatus.WORKING, actor, STATUS_MESSAGE, progress=progress)
-        )
-        return True
+        if task is not None:
+            transaction.on_commit(
+                lambda: events.announce_committed(task, TaskStatus.WORKING, actor, STATUS_MESSAGE, progress=progress)
+            )
+        return task is not None
 
     def release(self, task_id: str, *, worker: str) -> None:
         _run("lease_release", task_id=task_id, worker=worker, now=timezone.now())
@@ -183,8 +165,7 @@ class Postgres:
         self, task_id: str, *, worker: str, actor: str, now: datetime, due: datetime, message: str, detail: Any
     ) -> bool:
         params = {"task_id": task_id, "worker": worker, "now": now, "due": due, "message": message, "actor": actor}
-        detail = sql.db_value(TaskEvent, "detail", detail)
-        task = _task(_run("run_retry", **params, detail=detail))
+        task = _task(_run("run_retry", **params, detail=sql.db_value(TaskEvent, "detail", detail)))
         if task is not None:
             announce(task_id, TaskStatus.WORKING, TaskStatus.WORKING, actor, STATUS_MESSAGE, task=task)
         return task is not None
@@ -194,8 +175,6 @@ class Postgres:
         if task is not None and task.updated_at == now:
             announce(task_id, TaskStatus.WORKING, TaskStatus.WORKING, SYSTEM, STATUS_MESSAGE, task=task)
         return task is not None
-
-    # Transitions ---------------------------------------------------------------
 
     def end_run(
         self,
@@ -214,11 +193,10 @@ class Postgres:
         values = {"result": sql.db_value(Task, "result", result), "error": sql.db_value(Task, "error", error)}
         params = {"task_id": task_id, "to": str(to), "now": timezone.now(), "message": message, "worker": worker}
         task = _task(_run("run_finish", **params, **values, actor=actor, tool_error=tool_error))
-        if task is None:
-            return False
-        announce(task_id, TaskStatus.WORKING, to, actor, EventKind.TRANSITION, task=task)
-        metrics.task_finished(task.tool_name, to, tool_error=tool_error)
-        return True
+        if task is not None:
+            announce(task_id, TaskStatus.WORKING, to, actor, EventKind.TRANSITION, task=task)
+            metrics.task_finished(task.tool_name, to, tool_error=tool_error)
+        return task is not None
 
     @staticmethod
     def _end(
@@ -257,18 +235,11 @@ class Postgres:
         task = _task(result, -1)
         if task is not None:
             metrics.task_finished(task.tool_name, task.status, committed=True)
-            await aannounce_committed(task, result.first()[-1], actor, EventKind.TRANSITION)
+            await events.aannounce_committed(task, result.first()[-1], actor, EventKind.TRANSITION)
         return task is not None
 
     def request_input(
-        self,
-        task_id: str,
-        requests: Mapping[str, Mapping[str, Any]],
-        *,
-        allowed: list[str],
-        worker: str,
-        actor: str,
-        message: str,
+        self, task_id: str, requests: Questions, *, allowed: list[str], worker: str, actor: str, message: str
     ) -> bool:
         """``input_request`` (the caller checked that the rule lets ``working`` ask)."""
         asked = {key: {"method": req["method"], "params": req.get("params", {})} for key, req in requests.items()}
@@ -276,10 +247,9 @@ class Postgres:
         params["requests"] = sql.db_value(InputRequest, "params", asked)
         params["detail"] = sql.db_value(TaskEvent, "detail", {"keys": sorted(requests)})
         task = _task(_run("input_request", **params))
-        if task is None:
-            return False
-        announce(task_id, TaskStatus.WORKING, TaskStatus.INPUT_REQUIRED, actor, EventKind.TRANSITION, task=task)
-        return True
+        if task is not None:
+            announce(task_id, TaskStatus.WORKING, TaskStatus.INPUT_REQUIRED, actor, EventKind.TRANSITION, task=task)
+        return task is not None
 
     @staticmethod
     def _answer(
@@ -310,8 +280,7 @@ class Postgres:
     async def asubmit_input(
         self, task_id: str, responses: Mapping[str, Any], *, actor: str, decide: Decide
     ) -> list[str]:
-        """``submit_input`` on the loop; once committed, a resumed task's run is published from
-        the loop (the caller checks that a loop sender is installed)."""
+        """``submit_input`` on the loop; a resumed task's run published from the loop once committed."""
         if not sql.loop_available():
             return await on_a_thread(lambda: self.submit_input(task_id, responses, actor=actor, decide=decide))
         async with sql.atransaction() as db:
@@ -326,16 +295,14 @@ class Postgres:
             left = await db.execute("input_answer", answered)
         task = Task.objects.from_row(left.names, left.first())
         if resume:
-            await aannounce_committed(task, locked[0], actor, EventKind.TRANSITION)
+            await events.aannounce_committed(task, locked[0], actor, EventKind.TRANSITION)
             send = dispatch.loop_sender()
             assert send is not None, "the caller checks that a loop sender is installed"
             await send(task_id, dispatch.route(task.tool_name))
         else:
             remaining = {key: asked for key, asked in pending.items() if key not in accepted}
-            await aannounce_committed(task, locked[0], actor, EventKind.INPUT, pending=remaining)
+            await events.aannounce_committed(task, locked[0], actor, EventKind.INPUT, pending=remaining)
         return accepted
-
-    # Maintenance ---------------------------------------------------------------
 
     def redispatch(self, task_id: str, *, attempts: int, now: datetime) -> bool:
         return bool(_run("run_redispatch", task_id=task_id, now=now, attempts=attempts, actor=SYSTEM).rowcount)
@@ -346,8 +313,6 @@ class Postgres:
 
     def mark_expired(self, task_id: str, *, now: datetime, actor: str) -> None:
         _run("task_expire", task_id=task_id, now=now, actor=actor)
-
-    # Concurrency slots -----------------------------------------------------------
 
     def take_slot(
         self, tool_name: str, limit: int, *, task_id: str, worker: str, now: datetime, lease: datetime
