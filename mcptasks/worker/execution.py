@@ -27,9 +27,6 @@ from . import leases, progress
 
 logger = logging.getLogger("mcptasks.execution")
 
-#: A run that found every slot of its tool held is sent again after a random wait in this range.
-SLOT_WAIT_SECONDS = (0.3, 1.0)
-
 
 def worker_name() -> str:
     """Unique per run: a lease names the run that holds it."""
@@ -46,7 +43,7 @@ def run_task(task_id: str) -> str:
     limit = effective.controls_for(tool_name).concurrency
     assert limit is not None
     if lifecycle.take_slot(tool_name, limit, task_id=task_id, worker=worker) is None:
-        delay = random.uniform(*SLOT_WAIT_SECONDS)
+        delay = random.uniform(0.3, 1.0)  # every slot held: sent again after a random wait
         message = f"Waiting for a free slot: at most {limit} runs of {tool_name} at once."
         if not lifecycle.wait_for_slot(task_id, delay=delay, message=message):
             return "skipped"

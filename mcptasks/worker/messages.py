@@ -60,9 +60,8 @@ class RunMessages:
         headers = {**self.headers, "id": message_id, "root_id": message_id, "argsrepr": repr((task_id,))}
         if kill_after:
             headers["timelimit"] = [kill_after, None]
-        body = dumps([[task_id], {}, self.embed]).encode()
         envelope = {
-            "body": base64.b64encode(body).decode(),
+            "body": base64.b64encode(dumps([[task_id], {}, self.embed]).encode()).decode(),
             "content-encoding": "utf-8",
             "content-type": "application/json",
             "headers": headers,
