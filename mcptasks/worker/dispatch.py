@@ -1,7 +1,5 @@
-"""Sends a run to a worker from a thread (the domain's sender): a Celery message with only the task id.
-
-A publish that fails (broker down) is logged, not raised: the task row is durable, and the
-sweeper re-enqueues a ``working`` task nobody claimed within ``DISPATCH_GRACE_SECONDS``."""
+"""Sends a run to a worker from a thread: a Celery message with only the task id. A failed
+publish is logged, not raised: the sweeper re-enqueues the task after ``DISPATCH_GRACE_SECONDS``."""
 
 from __future__ import annotations
 
@@ -11,6 +9,7 @@ from typing import Any
 from ..tasks import dispatch
 from . import brokers
 from .jobs import run_task
+from .messages import loop_sender
 
 logger = logging.getLogger("mcptasks.runtime")
 
@@ -33,6 +32,4 @@ def enqueue_run(task_id: str, route: dispatch.Route) -> bool:
 
 
 def connect() -> None:
-    from .messages import loop_sender
-
     dispatch.install(enqueue_run, loop_sender)

@@ -17,8 +17,7 @@ from ..protocol import eras
 from ..tasks import dispatch, lifecycle
 from ..telemetry import metrics
 from ..telemetry import runs as run_telemetry
-from ..tools import effective
-from ..tools.calls import tool_context
+from ..tools import calls, effective
 from ..tools.context import ToolContext
 from ..tools.controls import ToolControls
 from ..tools.invoke import invoke
@@ -28,9 +27,6 @@ from . import leases, progress
 
 logger = logging.getLogger("mcptasks.execution")
 
-#: A run that found every slot of its tool held is sent again after a random wait in this range.
-SLOT_WAIT_SECONDS = (0.3, 1.0)
-
 
 def worker_name() -> str:
     """Unique per run: a lease names the run that holds it."""
@@ -38,8 +34,7 @@ def worker_name() -> str:
 
 
 def run_task(task_id: str) -> str:
-    """One run of a task; returns what happened (for logs and tests). A tool with a
-    ``concurrency`` limit runs only in a free slot, else its task is sent again for later."""
+    """One run of a task: what happened. A tool with a ``concurrency`` limit runs only in a free slot."""
     worker = worker_name()
     limited = effective.limited_tools()
     tool_name = lifecycle.tool_name_of(task_id) if limited else None
@@ -48,7 +43,7 @@ def run_task(task_id: str) -> str:
     limit = effective.controls_for(tool_name).concurrency
     assert limit is not None
     if lifecycle.take_slot(tool_name, limit, task_id=task_id, worker=worker) is None:
-        delay = random.uniform(*SLOT_WAIT_SECONDS)
+        delay = random.uniform(0.3, 1.0)  # every slot held: sent again after a random wait
         message = f"Waiting for a free slot: at most {limit} runs of {tool_name} at once."
         if not lifecycle.wait_for_slot(task_id, delay=delay, message=message):
             return "skipped"
@@ -75,7 +70,7 @@ def _run_task(task_id: str, worker: str, slotted: bool = False) -> str:
         return "failed"
     cancel_event = threading.Event()
     status = progress.RunStatus(task_id, worker, cancel_event)
-    ctx = tool_context(
+    ctx = calls.tool_context(
         owner=task.owner,
         capabilities=task.client_capabilities,
         answers=run.answers,
@@ -89,15 +84,14 @@ def _run_task(task_id: str, worker: str, slotted: bool = False) -> str:
     hard_stop = _HardStop(task, controls.time_limit, worker, cancel_event) if controls.time_limit else None
     deadline = (time.monotonic() + hard_stop.limit, hard_stop) if hard_stop else None
     leases.monitor.watch(task_id, worker, cancel_event, deadline, slot=slotted)
-    outcome = _call(task, tool, ctx, status, controls, worker)
+    outcome = _call(task, tool, ctx, status, controls)
     # Its hard limit ended the task as the tool's error, whatever the tool did after: so does its span.
     return "tool_error" if hard_stop is not None and hard_stop.ended() else outcome
 
 
-def _call(
-    task: Task, tool: Tool, ctx: ToolContext, status: progress.RunStatus, controls: ToolControls, worker: str
-) -> str:
+def _call(task: Task, tool: Tool, ctx: ToolContext, status: progress.RunStatus, controls: ToolControls) -> str:
     """The tool's call in a claimed run, and the task's outcome from it."""
+    worker, attempt = status.worker, ctx.attempt
     try:
         kwargs = tool.validate_arguments(task.arguments)
         try:
@@ -114,11 +108,7 @@ def _call(
         result = error_result(f"Tool '{tool.name}' stopped at its soft time limit of {exc.limit:g} s.")
     except errors.HandOff:  # cannot happen inside a task; treat as a bug in the tool
         result = error_result(f"Tool '{tool.name}' handed off twice.")
-    except errors.ProtocolError as exc:
-        lifecycle.fail(task.id, exc.to_dict(), actor=lifecycle.worker_actor(worker), worker=worker)
-        return "failed"
     except errors.ToolRetry as retry:
-        attempt = ctx.attempt
         if attempt <= controls.retries:  # the next attempt, after a backoff
             delay, cause = controls.backoff(attempt), type(retry.error).__name__
             logger.info(
@@ -135,10 +125,11 @@ def _call(
     except (KeyboardInterrupt, SystemExit):
         lifecycle.release(task.id, worker=worker)
         raise
-    except BaseException:
-        logger.exception("run of task %s crashed", task.id)
-        internal = {"code": errors.INTERNAL_ERROR, "message": "Internal error"}
-        lifecycle.fail(task.id, internal, actor=lifecycle.worker_actor(worker), worker=worker)
+    except BaseException as exc:
+        if not isinstance(exc, errors.ProtocolError):
+            logger.exception("run of task %s crashed", task.id)
+            exc = errors.ProtocolError(errors.INTERNAL_ERROR, "Internal error")
+        lifecycle.fail(task.id, exc.to_dict(), actor=lifecycle.worker_actor(worker), worker=worker)
         return "failed"
     finally:
         leases.monitor.forget(worker)
@@ -149,9 +140,8 @@ def _call(
 
 @dataclasses.dataclass
 class _HardStop:
-    """At a run's hard time limit (on the lease monitor's thread): end the task as the tool's
-    error, then stop the tool. A prefork pool kills the process soon after; on a thread pool
-    the tool's own ending, if it comes, is refused with the lease."""
+    """At a run's hard time limit (on the lease monitor's thread): end the task as the tool's error,
+    then stop the tool. A prefork pool kills the process soon after; a thread pool's lease refuses its end."""
 
     task: Task
     limit: float

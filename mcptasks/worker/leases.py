@@ -75,16 +75,22 @@ class LeaseMonitor:
                     self._waiting = False
                 next_beat = time.monotonic() + settings.HEARTBEAT_SECONDS
             time.sleep(settings.CANCEL_POLL_SECONDS)
-            self._run_deadlines()
+            now = time.monotonic()
             with self._lock:
+                due = [(w, self._deadlines.pop(w)[1]) for w, (at, _) in list(self._deadlines.items()) if at <= now]
                 runs = {worker: task_id for worker, (task_id, _) in self._runs.items()}
+                slotted = set(self._slotted)
+            for worker, action in due:
+                try:
+                    action()
+                except Exception:  # the lease then lapses and the sweeper recovers the task
+                    logger.warning("the time limit of run %s could not be applied", worker, exc_info=True)
+                    connection.close()
             try:
                 if time.monotonic() >= next_beat:
                     next_beat = time.monotonic() + settings.HEARTBEAT_SECONDS
                     held = lifecycle.renew_leases(runs)
-                    with self._lock:
-                        slotted = self._slotted & held
-                    lifecycle.renew_slots(slotted)
+                    lifecycle.renew_slots(slotted & held)
                 else:
                     held = lifecycle.held_leases(runs)
             except Exception:  # the database blipped: try again next tick
@@ -95,17 +101,6 @@ class LeaseMonitor:
                 lost = [self._runs.pop(worker)[1] for worker in set(runs) - held if worker in self._runs]
             for event in lost:
                 event.set()
-
-    def _run_deadlines(self) -> None:
-        now = time.monotonic()
-        with self._lock:
-            actions = [(w, self._deadlines.pop(w)[1]) for w, (at, _) in list(self._deadlines.items()) if at <= now]
-        for worker, action in actions:
-            try:
-                action()
-            except Exception:  # the lease then lapses and the sweeper recovers the task
-                logger.warning("the time limit of run %s could not be applied", worker, exc_info=True)
-                connection.close()
 
 
 monitor = LeaseMonitor()

@@ -9,7 +9,7 @@ import functools
 import logging
 import uuid
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 from kombu.utils.json import dumps
@@ -24,9 +24,8 @@ _PROBE = "mcptasks-probe"
 
 
 class RunMessages:
-    """The template of ``run_task``'s messages for one queue (``None``: the site's
-    ``CELERY_QUEUE``, else Celery's default route), with Celery's router and message
-    factory: the bytes kombu's Redis transport would ``LPUSH``, but for the ids."""
+    """``run_task``'s messages to one queue (``None``: ``CELERY_QUEUE``, else Celery's default route),
+    from Celery's router and message factory: the bytes kombu's Redis transport would ``LPUSH``."""
 
     def __init__(self, queue_name: str | None = None) -> None:
         app = run_task.app
@@ -40,16 +39,20 @@ class RunMessages:
         if (not exchange or not routing_key) and exchange_type == "direct":
             exchange, routing_key = "", queue.name
         self.exchange = getattr(exchange, "name", exchange)
-        self.routing_key = routing_key
         self.queue = queue.name
         self.priority = routed.get("priority") or 0
-        self.delivery_mode = routed.get("delivery_mode") or queue.exchange.delivery_mode or 2
         probe = app.amqp.as_task_v2(
             _PROBE, run_task.name, args=(_PROBE,), reply_to=app.thread_oid, ignore_result=run_task.ignore_result
         )
         self.headers = {k: v for k, v in probe.headers.items() if k not in ("id", "root_id", "argsrepr")}
         self.embed = probe.body[2]
-        self.reply_to = probe.properties["reply_to"]
+        self.properties = {
+            "reply_to": probe.properties["reply_to"],
+            "delivery_mode": routed.get("delivery_mode") or queue.exchange.delivery_mode or 2,
+            "delivery_info": {"exchange": self.exchange, "routing_key": routing_key},
+            "priority": self.priority,
+            "body_encoding": "base64",
+        }
 
     def message(self, task_id: str, kill_after: float | None = None) -> bytes:
         """One run of ``task_id`` (with Celery's hard time limit ``kill_after``)."""
@@ -57,32 +60,22 @@ class RunMessages:
         headers = {**self.headers, "id": message_id, "root_id": message_id, "argsrepr": repr((task_id,))}
         if kill_after:
             headers["timelimit"] = [kill_after, None]
-        body = dumps([[task_id], {}, self.embed]).encode()
         envelope = {
-            "body": base64.b64encode(body).decode(),
+            "body": base64.b64encode(dumps([[task_id], {}, self.embed]).encode()).decode(),
             "content-encoding": "utf-8",
             "content-type": "application/json",
             "headers": headers,
-            "properties": {
-                "correlation_id": message_id,
-                "reply_to": self.reply_to,
-                "delivery_mode": self.delivery_mode,
-                "delivery_info": {"exchange": self.exchange, "routing_key": self.routing_key},
-                "priority": self.priority,
-                "body_encoding": "base64",
-                "delivery_tag": str(uuid.uuid4()),
-            },
+            "properties": {**self.properties, "correlation_id": message_id, "delivery_tag": str(uuid.uuid4())},
         }
         return dumps(envelope).encode()
 
 
 def _broker_url() -> Any:
     """Where Celery publishes (its write URL, else its URL)."""
-    conf = run_task.app.conf
-    return conf.broker_write_url or conf.broker_url or ""
+    return run_task.app.conf.broker_write_url or run_task.app.conf.broker_url or ""
 
 
-def _template(queue_name: str | None = None) -> RunMessages | None:
+def _template(queue_name: str | None) -> RunMessages | None:
     """The queue's template, where kombu's Redis transport takes its route as the template does."""
     try:
         messages = RunMessages(queue_name)
@@ -94,9 +87,8 @@ def _template(queue_name: str | None = None) -> RunMessages | None:
 
 
 class LoopPublisher:
-    """Publishes runs on the running event loop: a redis.asyncio client per loop (its
-    connections are the loop's), a template per queue. A delayed run, or one whose
-    route the template cannot follow, goes by Celery's own path, on a thread."""
+    """Publishes runs on the running event loop: a redis.asyncio client per loop, a template per
+    queue. A delayed run, or one whose route no template follows, goes by Celery's path on a thread."""
 
     def __init__(self, messages: RunMessages, url: str) -> None:
         self.messages = messages
@@ -110,10 +102,10 @@ class LoopPublisher:
 
         route = route or dispatch.Route(self.messages.queue)
         queue = route.queue or self.messages.queue
-        if queue not in self.by_queue and not route.countdown:
+        if queue not in self.by_queue:
             self.by_queue[queue] = _template(queue)
-        messages = None if route.countdown else self.by_queue[queue]
-        if messages is None:
+        messages = self.by_queue[queue]
+        if messages is None or route.countdown:
             return await asyncio.to_thread(dispatch.send_on_thread, task_id, route)
         loop = asyncio.get_running_loop()
         client = self.clients.get(loop)
@@ -127,30 +119,24 @@ class LoopPublisher:
         return True
 
 
-def loop_sender() -> Callable[[str, dispatch.Route], Awaitable[bool]] | None:
+def loop_sender() -> dispatch.LoopSender | None:
     """The event loop's sender of runs, or ``None`` (creation then stays on a thread)."""
-    publisher = _publisher(settings.CELERY_QUEUE, _broker_url, run_task.app)
-    return publisher.send if publisher is not None else None
+    return _sender(settings.CELERY_QUEUE, _broker_url, run_task.app)
 
 
 # Keyed by what the URL is read from, not the URL, which costs more to read: a
 # process configures its Celery app once, before it serves.
 @functools.cache
-def _publisher(queue_name: str | None, broker_url: Callable[[], Any], app: Any) -> LoopPublisher | None:
-    conf = app.conf
+def _sender(queue_name: str | None, broker_url: Callable[[], Any], app: Any) -> dispatch.LoopSender | None:
     url = broker_url()
     if isinstance(url, list | tuple) and len(url) == 1:
         url = url[0]
     # Only where the template is what kombu sends: one redis:// or rediss:// URL (no
     # failover list), JSON, no compression, no key prefix (and a direct route).
-    if not (
-        isinstance(url, str)
-        and url.split("://", 1)[0] in ("redis", "rediss")
-        and ";" not in url
-        and not (conf.broker_transport_options or {}).get("global_keyprefix")
-        and conf.task_serializer == "json"
-        and not conf.task_compression
-    ):
+    one_redis = isinstance(url, str) and url.split("://", 1)[0] in ("redis", "rediss") and ";" not in url
+    conf = app.conf
+    as_is = conf.task_serializer == "json" and not conf.task_compression
+    if not (one_redis and as_is and not (conf.broker_transport_options or {}).get("global_keyprefix")):
         return None
     messages = _template(queue_name)
-    return LoopPublisher(messages, url) if messages is not None else None
+    return LoopPublisher(messages, url).send if messages is not None else None
