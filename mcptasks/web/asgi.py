@@ -113,8 +113,6 @@ def _refuse_announced_length(scope: Scope) -> None:
                 raise limits.RequestTooLarge(limit)
 
 
-# The event loop's route ----------------------------------------------------------------------
-
 #: ``handlers.LOOP_METHODS``, as they appear in a body.
 _LOOP_METHODS = (b"tools/call", b"tasks/get", b"tasks/update", b"tasks/cancel")
 
@@ -205,8 +203,7 @@ def _taken_by_loop(scope: Scope, body: bytes) -> tuple[Any, Message, Caller | No
 
 
 def mcp_router(django_app: ASGIApp, *, path: str = "/mcp") -> ASGIApp:
-    """An ASGI app that serves ``path`` with :class:`MCPHandler` and hands
-    every other request to ``django_app``."""
+    """An ASGI app: ``path`` served by :class:`MCPHandler`, every other request by ``django_app``."""
     handler = MCPHandler()
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
