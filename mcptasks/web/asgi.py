@@ -48,15 +48,13 @@ class MCPHandler(ASGIHandler):
         """The body, refused while it arrives once past ``MAX_BODY_BYTES``."""
         limit = settings.MAX_BODY_BYTES
         body = tempfile.SpooledTemporaryFile(max_size=1024 * 1024, mode="w+b")  # noqa: SIM115 (handed to the request)
-        size = 0
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
                 body.close()
                 raise RequestAborted()
             chunk = message.get("body", b"")
-            size += len(chunk)
-            if limit is not None and size > limit:
+            if limit is not None and body.tell() + len(chunk) > limit:
                 body.close()
                 raise limits.RequestTooLarge(limit)
             body.write(chunk)

@@ -218,14 +218,9 @@ def takes_on_loop(message: Message, headers: Mapping[str, str]) -> bool:
     if message.method == "tools/call":
         name = message.params.get("name")
         tool = registry.get(name) if isinstance(name, str) else None
-        if (
-            tool is None  # the thread path answers the error
-            or not has_tasks_extension(capabilities)
-            or tool.task not in ("optional", "required")
-            or tool.starts_inline
-            or "requestState" in message.params
-            or "inputResponses" in message.params
-        ):
+        if tool is None or tool.task not in ("optional", "required") or tool.starts_inline:
+            return False  # the thread path answers an unknown tool, and runs a tool inline
+        if not has_tasks_extension(capabilities) or {"requestState", "inputResponses"} & message.params.keys():
             return False
     elif message.method != "tasks/update":
         return True
