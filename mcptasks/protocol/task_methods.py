@@ -12,7 +12,6 @@ from ..conf import settings
 from ..errors import InvalidParams, TaskNotFound
 from ..models import TERMINAL_STATUSES, Era, Task, TaskStatus
 from ..tasks import lifecycle, poll_snapshot, reads, sql
-from ..tasks.reads import log_outcome_read
 from ..threads import on_a_thread
 from ..tools.registry import Tool
 from . import authorization, limits
@@ -56,7 +55,7 @@ class Route:
         return lifecycle.create_task(era=era, answered=answered, **fields)
 
     async def on_thread(self, work: Callable[[], T]) -> T:
-        return work()
+        return await self.step(work, lambda: on_a_thread(work))
 
 
 class _Loop(Route):
@@ -89,9 +88,6 @@ class _Loop(Route):
         if task is None:  # near the owner's quota: its exclusive check, on a thread
             return await self.on_thread(lambda: lifecycle.create_task(era=era, answered=answered, **fields))
         return task
-
-    async def on_thread(self, work: Callable[[], T]) -> T:
-        return await on_a_thread(work)
 
 
 THREAD = Route()
@@ -153,15 +149,14 @@ async def get(
     """A poll: read, counted, then (``outcome``: the era shows it) the outcome's first read
     marked (by the read itself, for a caller without scopes) and each read audited, then
     shaped (on a thread for a task waiting for input: its questions are an ORM read)."""
-    owner = caller.owner
-    actor = lifecycle.client_actor(owner)
+    actor = lifecycle.client_actor(caller.owner)
     marks = outcome and caller.scopes is None
-    task = owned_task(caller, await route.poll(task_id_param(params), owner, actor if marks else None))
-    await route.step(limits.throttle_poll, limits.athrottle_poll, owner, task.id, task.poll_interval_ms)
+    task = owned_task(caller, await route.poll(task_id_param(params), caller.owner, actor if marks else None))
+    await route.step(limits.throttle_poll, limits.athrottle_poll, caller.owner, task.id, task.poll_interval_ms)
     if outcome:
         if task.status in TERMINAL_STATUSES and task.outcome_read_at is None:
             task = await route.mark_read(task, actor)
-        log_outcome_read(task, actor=actor)
+        reads.log_outcome_read(task, actor=actor)
     if task.status == TaskStatus.INPUT_REQUIRED:
         waiting = task
         return await route.on_thread(lambda: shape(waiting))

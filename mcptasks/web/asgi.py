@@ -48,15 +48,13 @@ class MCPHandler(ASGIHandler):
         """The body, refused while it arrives once past ``MAX_BODY_BYTES``."""
         limit = settings.MAX_BODY_BYTES
         body = tempfile.SpooledTemporaryFile(max_size=1024 * 1024, mode="w+b")  # noqa: SIM115 (handed to the request)
-        size = 0
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
                 body.close()
                 raise RequestAborted()
             chunk = message.get("body", b"")
-            size += len(chunk)
-            if limit is not None and size > limit:
+            if limit is not None and body.tell() + len(chunk) > limit:
                 body.close()
                 raise limits.RequestTooLarge(limit)
             body.write(chunk)
@@ -112,8 +110,6 @@ def _refuse_announced_length(scope: Scope) -> None:
             if announced > limit:
                 raise limits.RequestTooLarge(limit)
 
-
-# The event loop's route ----------------------------------------------------------------------
 
 #: ``handlers.LOOP_METHODS``, as they appear in a body.
 _LOOP_METHODS = (b"tools/call", b"tasks/get", b"tasks/update", b"tasks/cancel")
@@ -205,8 +201,7 @@ def _taken_by_loop(scope: Scope, body: bytes) -> tuple[Any, Message, Caller | No
 
 
 def mcp_router(django_app: ASGIApp, *, path: str = "/mcp") -> ASGIApp:
-    """An ASGI app that serves ``path`` with :class:`MCPHandler` and hands
-    every other request to ``django_app``."""
+    """An ASGI app: ``path`` served by :class:`MCPHandler`, every other request by ``django_app``."""
     handler = MCPHandler()
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:

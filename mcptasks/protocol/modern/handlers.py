@@ -1,30 +1,15 @@
-"""The 2026-07-28 wire with the ``io.modelcontextprotocol/tasks`` extension.
-
-Sessionless: every request carries its protocol version and capabilities in
-``params._meta``. Served on a thread (:func:`handle`) or, for a task tool's
-plain creation and the task methods, on the event loop (:func:`serve_on_loop`).
-"""
+"""The 2026-07-28 wire with the ``io.modelcontextprotocol/tasks`` extension, sessionless (each request
+carries its version and capabilities in ``params._meta``): served on a thread (:func:`handle`) or, for a
+task tool's plain creation and the task methods, on the event loop (:func:`serve_on_loop`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ... import errors
 from ...conf import settings
-from ...errors import (
-    HEADER_MISMATCH,
-    INTERNAL_ERROR,
-    INVALID_REQUEST,
-    METHOD_NOT_FOUND,
-    MISSING_CAPABILITY,
-    PARSE_ERROR,
-    UNSUPPORTED_VERSION,
-    HandOff,
-    InvalidParams,
-    ProtocolError,
-    TaskCancelled,
-    missing_tasks_extension,
-)
+from ...errors import HandOff, InvalidParams, ProtocolError, TaskCancelled, missing_tasks_extension
 from ...models import Era, Task, TaskStatus
 from ...tasks import dispatch, lifecycle, sql, store
 from ...tools.context import ToolContext
@@ -56,9 +41,7 @@ Reply = dict[str, Any] | Stream | Deferred
 
 def complete(value: dict[str, Any] | None = None) -> dict[str, Any]:
     out = {"resultType": "complete", **(value or {})}
-    meta = dict(out.get("_meta") or {})
-    meta.setdefault(META_SERVER_INFO, server_info())
-    out["_meta"] = meta
+    out["_meta"] = {META_SERVER_INFO: server_info(), **(out.get("_meta") or {})}
     return out
 
 
@@ -142,9 +125,8 @@ async def start_task(
         if done is not None and done.status == TaskStatus.COMPLETED:
             return complete(done.result or {})
         if done is not None and done.status == TaskStatus.FAILED and done.error:
-            raise ProtocolError(
-                done.error.get("code", INTERNAL_ERROR), done.error.get("message", "Failed"), done.error.get("data")
-            )
+            code, message = done.error.get("code", errors.INTERNAL_ERROR), done.error.get("message", "Failed")
+            raise ProtocolError(code, message, done.error.get("data"))
     return create_task_result(task)
 
 
@@ -199,26 +181,28 @@ def handle(message: Message, caller: Caller, headers: Mapping[str, str]) -> Repl
     req = _request(message, caller, headers)
     handler = HANDLERS.get(message.method)
     if handler is None:
-        raise ProtocolError(METHOD_NOT_FOUND, f"Method not found: {message.method}")
+        raise ProtocolError(errors.METHOD_NOT_FOUND, f"Method not found: {message.method}")
     return handler(req)
+
+
+#: The modern wire's HTTP status for an error code that names none (200 for the others).
+_HTTP_STATUS = {
+    errors.PARSE_ERROR: 400,
+    errors.INVALID_REQUEST: 400,
+    errors.HEADER_MISMATCH: 400,
+    errors.MISSING_CAPABILITY: 400,
+    errors.UNSUPPORTED_VERSION: 400,
+    errors.METHOD_NOT_FOUND: 404,
+    errors.INTERNAL_ERROR: 500,
+}
 
 
 def http_status(exc: ProtocolError) -> int:
     """HTTP status for a JSON-RPC error on the modern wire."""
-    if exc.http_status is not None:
-        return exc.http_status
-    if exc.code == METHOD_NOT_FOUND:
-        return 404
-    if exc.code in (PARSE_ERROR, INVALID_REQUEST, HEADER_MISMATCH, MISSING_CAPABILITY, UNSUPPORTED_VERSION):
-        return 400
-    if exc.code == INTERNAL_ERROR:
-        return 500
-    return 200
+    return exc.http_status if exc.http_status is not None else _HTTP_STATUS.get(exc.code, 200)
 
 
-# The event loop's pipeline: the same handlers on ``LOOP`` --------------------------------
-
-#: The methods the loop may serve.
+#: The methods the loop may serve (the same handlers, on ``LOOP``).
 LOOP_METHODS = ("tools/call", *TASK_METHODS)
 
 
@@ -234,14 +218,9 @@ def takes_on_loop(message: Message, headers: Mapping[str, str]) -> bool:
     if message.method == "tools/call":
         name = message.params.get("name")
         tool = registry.get(name) if isinstance(name, str) else None
-        if (
-            tool is None  # the thread path answers the error
-            or not has_tasks_extension(capabilities)
-            or tool.task not in ("optional", "required")
-            or tool.starts_inline
-            or "requestState" in message.params
-            or "inputResponses" in message.params
-        ):
+        if tool is None or tool.task not in ("optional", "required") or tool.starts_inline:
+            return False  # the thread path answers an unknown tool, and runs a tool inline
+        if not has_tasks_extension(capabilities) or {"requestState", "inputResponses"} & message.params.keys():
             return False
     elif message.method != "tasks/update":
         return True
