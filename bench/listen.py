@@ -552,7 +552,7 @@ def analyse(
                 latency.append(dt)
                 h = hops.get((tid, c["us"]), {})
                 # The legs of a worker's change (the web process's own changes reach
-                # its streams before their group_send: notify._deliver_locally).
+                # its streams before their group_send: notify._Publisher._drain).
                 if c["pid"] != web_pid and {"send_start", "send_end", "received"} <= set(h):
                     legs["commit → publish begins"].append(h["send_start"] - c["at"])
                     legs["publish (group_send)"].append(h["send_end"] - h["send_start"])

@@ -1,6 +1,5 @@
 """Committed task changes, pushed through the Channels layer to whoever listens (``subscriptions/listen``,
-legacy session streams, blocked ``tasks/result``). Each message carries the task as that change committed it;
-within a process they leave in commit order. Polling never depends on this: a lost one only costs latency."""
+legacy session streams, blocked ``tasks/result``), in commit order within a process."""
 
 from __future__ import annotations
 
@@ -22,6 +21,11 @@ logger = logging.getLogger("mcptasks.notify")
 TOOLS_GROUP = "mcptasks.tools-changed"
 PROMPTS_GROUP = "mcptasks.prompts-changed"
 MESSAGE_TYPE = "mcptasks.event"
+_LIST_METHODS = {TOOLS_GROUP: "notifications/tools/list_changed", PROMPTS_GROUP: "notifications/prompts/list_changed"}
+LISTENER_CAPACITY = 100  # messages kept for a stream that is not reading
+WAKE_SECONDS = 2.0
+_hubs_lock = threading.Lock()
+_hubs: dict[asyncio.AbstractEventLoop, _Hub] = {}
 
 
 def task_group(task_id: str) -> str:
@@ -29,8 +33,7 @@ def task_group(task_id: str) -> str:
 
 
 class _Publisher:
-    """Sends messages to the layer in order from sync code, through one queue on the web process's loop
-    (so in-memory layers work and connections are reused) or a private loop (workers, commands)."""
+    """Sends to the layer in order from sync code: on the web process's loop (for in-memory layers) or its own."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -49,16 +52,14 @@ class _Publisher:
             if self._home_loop is not None and not self._home_loop.is_closed():
                 return self._home_loop
             if self._private_loop is None:
-                loop = asyncio.new_event_loop()
+                loop = self._private_loop = asyncio.new_event_loop()
                 threading.Thread(target=loop.run_forever, name="mcptasks-publisher", daemon=True).start()
-                self._private_loop = loop
             return self._private_loop
 
     def publish(self, group: str, payload: dict[str, Any]) -> None:
-        if get_channel_layer() is None:
-            return
-        loop = self._loop()
-        loop.call_soon_threadsafe(self._enqueue, loop, group, payload)
+        if get_channel_layer() is not None:
+            loop = self._loop()
+            loop.call_soon_threadsafe(self._enqueue, loop, group, payload)
 
     def _enqueue(self, loop: asyncio.AbstractEventLoop, group: str, payload: dict[str, Any]) -> None:
         queue = self._queues.get(loop)
@@ -72,15 +73,12 @@ class _Publisher:
             group, payload = await queue.get()
             layer = get_channel_layer()  # per message: the site's layer may be replaced (settings change)
             message = {"type": MESSAGE_TYPE, "group": group, **payload}
-            if "task_id" in payload and "at" in payload:
+            hub = _hubs.get(asyncio.get_running_loop())
+            if hub is not None and "task_id" in payload and "at" in payload:
                 # At once: a later change from elsewhere could overtake the layer's trip (TaskOrder drops the copy).
-                _deliver_locally(message)
-            if layer is None:  # publish() enqueues only while a layer is configured
-                continue
-            try:
-                await layer.group_send(group, message)
-            except Exception:  # a layer outage must not stop later messages
-                logger.warning("could not publish to %s", group, exc_info=True)
+                hub.dispatch(message)
+            if layer is not None:  # publish() enqueues only while a layer is configured
+                await _quietly(f"publishing to {group}", layer.group_send(group, message), logging.WARNING)
 
 
 publisher = _Publisher()
@@ -91,10 +89,8 @@ def publish_task(task_id: str, payload: dict[str, Any]) -> None:
 
 
 def is_followed(group: str) -> bool:
-    """Whether a change committed to ``group`` has a follower (ask after the commit). On a loop's thread: yes
-    without asking, not to block it on a round trip."""
-    layer = get_channel_layer()
-    if layer is None:
+    """Whether a change committed to ``group`` has a follower (ask after the commit); on a loop, yes unasked."""
+    if (layer := get_channel_layer()) is None:
         return False
     try:
         asyncio.get_running_loop()
@@ -103,32 +99,12 @@ def is_followed(group: str) -> bool:
     return True
 
 
-_LIST_METHODS = {TOOLS_GROUP: "notifications/tools/list_changed", PROMPTS_GROUP: "notifications/prompts/list_changed"}
-
-
 def publish_list_changed(group: str) -> None:
     publisher.publish(group, {"list_method": _LIST_METHODS[group]})
 
 
-def _group_of(message: dict[str, Any]) -> str | None:
-    """The group a message was sent to (older publishers did not name it)."""
-    group: str | None = message.get("group")
-    if group:
-        return group
-    if "task_id" in message:
-        return task_group(message["task_id"])
-    return {method: group for group, method in _LIST_METHODS.items()}.get(message.get("list_method", ""))
-
-
-#: Messages a listener keeps while its stream is not reading; the oldest go first.
-LISTENER_CAPACITY = 100
-#: How long the last listener to leave waits for the receive loop to end.
-WAKE_SECONDS = 2.0
-
-
 class _Hub:
-    """Everything one event loop listens to, on one channel of the layer and one receive loop
-    (docs/architecture.md, notify/)."""
+    """Everything one event loop listens to, on one channel of the layer and one receive loop."""
 
     def __init__(self, layer: Any) -> None:
         self.layer = layer
@@ -142,16 +118,12 @@ class _Hub:
         self._renewer: asyncio.Task[None] | None = None
 
     def _guard(self, group: str) -> asyncio.Lock:
-        lock = self._guards.get(group)
-        if lock is None:
-            lock = self._guards[group] = asyncio.Lock()
-        return lock
+        return self._guards.setdefault(group, asyncio.Lock())
 
     async def join(self, listener: Listener) -> None:
         async with self._channel_lock:
             if self.channel is None:
                 self.channel = await self.layer.new_channel("mcptasks.listen.")
-        joined: list[str] = []
         try:
             for group in listener.groups:
                 async with self._guard(group):
@@ -161,24 +133,20 @@ class _Hub:
                         await self.layer.group_add(group, self.channel)
                         self.members[group] = set()
                     self.members[group].add(listener)
-                    joined.append(group)
         except BaseException:
-            await self.leave(listener, joined)
+            await self.leave(listener)  # the groups it joined
             raise
-        loop = asyncio.get_running_loop()
         if self._receiver is None or self._receiver.done():
-            self._receiver = loop.create_task(self._receive())
+            self._receiver = asyncio.create_task(self._receive())
         if self._renewer is None or self._renewer.done():
-            self._renewer = loop.create_task(self._renew())
+            self._renewer = asyncio.create_task(self._renew())
 
-    async def leave(self, listener: Listener, groups: Iterable[str]) -> None:
-        for group in groups:
+    async def leave(self, listener: Listener) -> None:
+        for group in listener.groups:
             async with self._guard(group):
-                members = self.members.get(group)
-                if members is None or listener not in members:
-                    continue
-                members.discard(listener)
-                if members:
+                members = self.members.get(group, set())
+                if members != {listener}:  # not the group's last member, or not one at all
+                    members.discard(listener)
                     continue
                 del self.members[group]
                 await _quietly("group_discard", self.layer.group_discard(group, self.channel))
@@ -206,17 +174,15 @@ class _Hub:
     async def _receive(self) -> None:
         while self.members:
             try:
-                message = await self.layer.receive(self.channel)
+                self.dispatch(await self.layer.receive(self.channel))
             except Exception as exc:
                 # The layer's client timed out blocking for a message (a socket timeout): nothing arrived yet.
                 if "timeout" not in type(exc).__name__.lower():
                     logger.warning("channel layer receive failed", exc_info=True)
                     await asyncio.sleep(1.0)
-                continue
-            self.dispatch(message)
 
     def dispatch(self, message: dict[str, Any]) -> None:
-        for listener in list(self.members.get(_group_of(message) or "", ())):
+        for listener in list(self.members.get(message.get("group", ""), ())):
             listener.deliver(message)
 
     async def _renew(self) -> None:
@@ -230,33 +196,12 @@ class _Hub:
                         await _quietly("group_add", self.layer.group_add(group, self.channel))
 
 
-async def _quietly(what: str, action: Awaitable[Any]) -> None:
-    """A membership change whose failure is made good later (renewed, or lapsed)."""
+async def _quietly(what: str, action: Awaitable[Any], level: int = logging.DEBUG) -> None:
+    """An action whose failure must not stop what follows (a membership change is made good later)."""
     try:
         await action
     except Exception:
-        logger.debug("%s failed", what, exc_info=True)
-
-
-_hubs_lock = threading.Lock()
-_hubs: dict[asyncio.AbstractEventLoop, _Hub] = {}
-
-
-def _deliver_locally(message: dict[str, Any]) -> None:
-    hub = _hubs.get(asyncio.get_running_loop())
-    if hub is not None:
-        hub.dispatch(message)
-
-
-def _hub(layer: Any) -> _Hub:
-    loop = asyncio.get_running_loop()
-    with _hubs_lock:
-        for gone in [other for other in _hubs if other.is_closed()]:
-            del _hubs[gone]
-        hub = _hubs.get(loop)
-        if hub is None or hub.layer is not layer:
-            hub = _hubs[loop] = _Hub(layer)
-        return hub
+        logger.log(level, "%s failed", what, exc_info=True)
 
 
 class Listener:
@@ -270,9 +215,15 @@ class Listener:
         self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()  # stays empty without a layer
 
     async def __aenter__(self) -> Listener:
-        publisher.adopt_loop(asyncio.get_running_loop())
+        loop = asyncio.get_running_loop()
+        publisher.adopt_loop(loop)
         if self.layer is not None:
-            hub = _hub(self.layer)
+            with _hubs_lock:
+                for gone in [other for other in _hubs if other.is_closed()]:
+                    del _hubs[gone]
+                hub = _hubs.get(loop)
+                if hub is None or hub.layer is not self.layer:
+                    hub = _hubs[loop] = _Hub(self.layer)
             await hub.join(self)
             self._hub, self.channel = hub, hub.channel
         return self
@@ -280,10 +231,9 @@ class Listener:
     async def __aexit__(self, *exc: object) -> None:
         if self._hub is not None:
             hub, self._hub = self._hub, None
-            await hub.leave(self, self.groups)
+            await hub.leave(self)
 
     def deliver(self, message: dict[str, Any]) -> None:
-        """From the hub: a message of one of this listener's groups."""
         if self._queue.qsize() >= LISTENER_CAPACITY:  # a stream that stopped reading
             self._queue.get_nowait()
         self._queue.put_nowait(message)

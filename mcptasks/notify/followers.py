@@ -1,22 +1,24 @@
-"""Who follows which group, so that a change nobody follows is not published: a listening loop registers
-before it joins a group, a publisher checks after its commit (why nothing is lost: docs/architecture.md).
-Registries: a sorted set per group on ``channels_redis`` scored by when the registration lapses; a count
-in this process on the in-memory layer; none elsewhere (every change is published)."""
+"""Who follows which group, so that a change nobody follows is not published (docs/architecture.md): a sorted
+set per group on ``channels_redis``, the groups in this process on the in-memory layer, none elsewhere."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
 import weakref
 from typing import Any
 
+from channels.layers import InMemoryChannelLayer
+
 logger = logging.getLogger("mcptasks.notify")
 
 #: How long a registration lasts unrenewed, in keep-alive periods (this much clock skew is tolerated).
 LAPSE_PERIODS = 3
-#: The publisher's check gives up after this long and publishes.
 CHECK_TIMEOUT_SECONDS = 2.0
+#: channels_redis's layer (a subclass too), known without importing the optional extra.
+_REDIS_LAYER = ("channels_redis.core", "RedisChannelLayer")
 
 
 class InProcessRegistry:
@@ -44,16 +46,11 @@ class InProcessRegistry:
 
 
 class RedisRegistry:
-    """Sorted sets in a ``channels_redis`` layer's Redis: registered on the layer's connections, checked with
-    a small sync client (publishers are sync code on worker threads)."""
+    """Sorted sets in a ``channels_redis`` layer's Redis, checked with a sync client (publishers run on threads)."""
 
     def __init__(self, layer: Any, host: dict[str, Any]) -> None:
-        self.layer = layer
-        # A hung Redis must not hold a run's thread: the check then fails and the change is sent.
-        self._host = {**dict.fromkeys(("socket_timeout", "socket_connect_timeout"), CHECK_TIMEOUT_SECONDS), **host}
+        self.layer, self._host = layer, host
         self._prefix = f"{layer.prefix}:mcptasks.followers:"
-        self._client: Any = None
-        self._lock = threading.Lock()
 
     async def register(self, groups: list[str], member: str, ttl: float) -> None:
         now = time.time()
@@ -70,18 +67,17 @@ class RedisRegistry:
                 pipe.zrem(self._prefix + group, member)
             await pipe.execute()
 
-    def _sync_client(self) -> Any:
-        with self._lock:
-            if self._client is None:
-                import redis
+    @functools.cached_property
+    def _client(self) -> Any:  # threads that race may build one each: the spares go after one check
+        import redis
 
-                host = dict(self._host)
-                address = host.pop("address", None)
-                self._client = redis.Redis.from_url(address, **host) if address else redis.Redis(**host)
-            return self._client
+        # A hung Redis must not hold a run's thread: the check then fails and the change is sent.
+        host = {**dict.fromkeys(("socket_timeout", "socket_connect_timeout"), CHECK_TIMEOUT_SECONDS), **self._host}
+        address = host.pop("address", None)
+        return redis.Redis.from_url(address, **host) if address else redis.Redis(**host)
 
     def is_followed(self, group: str) -> bool:
-        return bool(self._sync_client().zcount(self._prefix + group, time.time(), "+inf"))
+        return bool(self._client.zcount(self._prefix + group, time.time(), "+inf"))
 
 
 Registry = InProcessRegistry | RedisRegistry
@@ -91,28 +87,20 @@ _registries: weakref.WeakKeyDictionary[Any, Registry | None] = weakref.WeakKeyDi
 
 def registry_of(layer: Any) -> Registry | None:
     """The registry of ``layer`` (one per layer), or ``None``."""
-    from channels.layers import InMemoryChannelLayer
-
     with _registries_lock:
         if layer not in _registries:
-            # channels_redis's layer (or a subclass), known without importing the optional extra.
-            on_redis = any(
-                c.__name__ == "RedisChannelLayer" and c.__module__ == "channels_redis.core" for c in type(layer).__mro__
-            )
-            registry: Registry | None = InProcessRegistry() if isinstance(layer, InMemoryChannelLayer) else None
+            on_redis = _REDIS_LAYER in {(c.__module__, c.__name__) for c in type(layer).__mro__}
+            _registries[layer] = InProcessRegistry() if isinstance(layer, InMemoryChannelLayer) else None
             if on_redis and layer.hosts and "master_name" not in layer.hosts[0]:  # not behind Sentinel
-                registry = RedisRegistry(layer, layer.hosts[0])
-            _registries[layer] = registry
+                _registries[layer] = RedisRegistry(layer, layer.hosts[0])
         return _registries[layer]
 
 
 def is_followed(layer: Any, group: str) -> bool:
     """Whether a change to ``group`` may have a listener; when in doubt (no registry, no Redis), yes."""
     registry = registry_of(layer)
-    if registry is None:
-        return True
     try:
-        return registry.is_followed(group)
+        return registry is None or registry.is_followed(group)
     except Exception:
         logger.warning("could not look up the followers of %s; publishing", group, exc_info=True)
         return True

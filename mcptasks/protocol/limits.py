@@ -1,13 +1,11 @@
-"""Per-owner throttles (a setting each, ``None`` for off), refused with 429 and ``Retry-After``: counted in
-the process and synced every ``THROTTLE_SYNC_MS`` (``throttle_counts``), or with 0 each in ``THROTTLE_CACHE``.
-The request size checks are ``request_limits``' (imported here for their callers)."""
+"""Per-owner throttles, refused with 429: counted in the process and synced every ``THROTTLE_SYNC_MS``
+(``throttle_counts``), or with 0 each in ``THROTTLE_CACHE``. ``request_limits``' checks are re-exported."""
 
 from __future__ import annotations
 
 import logging
 import math
 import os
-import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -26,6 +24,9 @@ from .throttle_counts import LocalCounts, Push
 __all__ = ["RateLimited", "RequestTooLarge", "check_depth", "check_size", "storable_id"]
 
 logger = logging.getLogger("mcptasks.limits")
+#: The process's counters, by ``THROTTLE_CACHE`` (a dict for its atomic ``setdefault``).
+_local_counts: dict[str, LocalCounts] = {}
+os.register_at_fork(after_in_child=_local_counts.clear)  # not close(): a parent's thread may have held its lock
 
 
 class RateLimited(ProtocolError):
@@ -36,8 +37,7 @@ class RateLimited(ProtocolError):
 
 
 class _Window:
-    """One request against ``limit`` per fixed window of ``seconds`` (polls are the hot path: one counter
-    per window, no stored history as DRF's ``SimpleRateThrottle`` keeps)."""
+    """One request against ``limit`` per fixed window of ``seconds``: one counter, no history as DRF keeps."""
 
     def __init__(self, scope: str, key: str, limit: int, seconds: float) -> None:
         self.scope, self.limit, self.now = scope, limit, time.time()
@@ -138,8 +138,7 @@ def _queue(pipe: Any, batch: Sequence[Push]) -> Any:
 
 
 def push_counts(batch: Sequence[Push]) -> list[int]:
-    """Add each counter's admissions to the throttle cache and return the shared totals: one pipelined round
-    trip on Django's Redis backend, the cache's own ``add`` and ``incr`` elsewhere."""
+    """Add each counter's admissions to the throttle cache and return the totals (one round trip on Redis)."""
     client = redis_client()
     if client is not None:
         return [int(total) for total in _queue(client.pipeline(transaction=False), batch).execute()[1::2]]
@@ -154,37 +153,20 @@ def push_counts(batch: Sequence[Push]) -> list[int]:
     return totals
 
 
-_local_counts: LocalCounts | None = None
-_local_counts_lock = threading.Lock()
-
-
 def local_counts() -> LocalCounts | None:
     """The process's throttle counters, or ``None`` when ``THROTTLE_SYNC_MS`` is 0."""
-    global _local_counts
-    interval_ms = settings.THROTTLE_SYNC_MS
+    interval_ms, alias = settings.THROTTLE_SYNC_MS, settings.THROTTLE_CACHE
     if not interval_ms:
         return None
-    counts = _local_counts
-    if counts is None:
-        with _local_counts_lock:
-            counts = _local_counts
-            if counts is None:
-                describe = f"throttle cache {settings.THROTTLE_CACHE!r}"
-                counts = _local_counts = LocalCounts(push_counts, interval_ms / 1000, describe)
+    counts = _local_counts.get(alias)
+    if counts is None:  # threads that race build one each, and all keep the first (it counts nothing yet)
+        built = LocalCounts(push_counts, interval_ms / 1000, f"throttle cache {alias!r}")
+        counts = _local_counts.setdefault(alias, built)
     return counts
-
-
-def _forget_local_counts(close: bool = False) -> None:
-    global _local_counts
-    if close and _local_counts is not None:
-        _local_counts.close()
-    _local_counts = None
-
-
-os.register_at_fork(after_in_child=_forget_local_counts)  # not close(): a parent's thread may have held its lock
 
 
 @receiver(setting_changed)
 def _forget_throttle_counts(*, setting: str, **kwargs: Any) -> None:
     if setting in ("CACHES", "MCPTASKS"):
-        _forget_local_counts(close=True)
+        while _local_counts:
+            _local_counts.popitem()[1].close()

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
 from typing import Any
 
 from ..conf import settings
 from ..errors import INVALID_REQUEST, InvalidParams, ProtocolError
+
+#: ``\u0000`` as JSON writes a NUL (an odd run of backslashes before ``u0000``).
+_ESCAPED_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+_UNSTORABLE_CHAR = re.compile(r"[\x00\ud800-\udfff]")
 
 
 class RequestTooLarge(ProtocolError):
@@ -21,28 +24,17 @@ def check_depth(value: Any, limit: int | None = None) -> None:
     limit = limit if limit is not None else settings.MAX_JSON_DEPTH
     if limit is None:
         return
-    stack: list[tuple[Any, int]] = [(value, 1)]
+    stack: list[tuple[Any, int]] = [(value, 1)] if isinstance(value, (dict, list)) else []
     while stack:
         node, depth = stack.pop()
-        children: Iterable[Any]
-        if isinstance(node, dict):
-            children = node.values()
-        elif isinstance(node, list):
-            children = node
-        else:
-            continue
         if depth > limit:
             raise ProtocolError(INVALID_REQUEST, f"Invalid Request: JSON nested deeper than {limit} levels")
+        children = node.values() if isinstance(node, dict) else node
         stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
 
 
-#: ``\u0000`` as JSON writes a NUL (an odd run of backslashes before ``u0000``).
-_ESCAPED_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
-
-
 def check_size(value: Any, limit: int | None, what: str) -> None:
-    """``value`` must fit ``limit`` once encoded and be storable: no NUL (Postgres text cannot hold one),
-    no lone surrogate, no number past double range. -32602 otherwise."""
+    """``value`` must fit ``limit`` once encoded and be storable in Postgres text (-32602 otherwise)."""
     try:
         text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     except ValueError:
@@ -59,10 +51,4 @@ def check_size(value: Any, limit: int | None, what: str) -> None:
 
 def storable_id(value: str, max_chars: int) -> bool:
     """Whether a caller's id could be a stored one (no stored id is too long, holds a NUL or a lone surrogate)."""
-    if len(value) > max_chars or "\x00" in value:
-        return False
-    try:
-        value.encode()
-    except UnicodeEncodeError:
-        return False
-    return True
+    return len(value) <= max_chars and not _UNSTORABLE_CHAR.search(value)

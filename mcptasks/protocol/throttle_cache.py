@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import importlib
 import re
-import threading
 import weakref
 from typing import Any
 
@@ -18,31 +17,23 @@ from django.utils.module_loading import import_string
 from ..conf import settings
 
 _throttle_caches: dict[str, BaseCache] = {}
-_throttle_caches_lock = threading.Lock()
-
-
-def throttle_cache() -> BaseCache:
-    """The ``THROTTLE_CACHE`` backend, one per process: ``caches[alias]`` is context-local, so under ASGI
-    each request would build a backend (for Redis, a pool and a connection). Backends are thread-safe."""
-    alias = settings.THROTTLE_CACHE
-    cache = _throttle_caches.get(alias)
-    if cache is None:
-        with _throttle_caches_lock:
-            cache = _throttle_caches.get(alias)
-            if cache is None:
-                cache = _throttle_caches[alias] = caches.create_connection(alias)
-    return cache
-
-
 _redis_clients: dict[str, Any] = {}
 #: redis.asyncio clients, by event loop (their connections belong to one loop).
 _loop_redis_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Any]] = weakref.WeakKeyDictionary()
 
 
+def throttle_cache() -> BaseCache:
+    """The ``THROTTLE_CACHE`` backend, one per process (``caches[alias]`` builds one per ASGI request)."""
+    alias = settings.THROTTLE_CACHE
+    cache = _throttle_caches.get(alias)
+    if cache is None:  # threads that race build one each, and all keep the first (a backend connects on use)
+        cache = _throttle_caches.setdefault(alias, caches.create_connection(alias))
+    return cache
+
+
 def redis_client(on_loop: bool = False) -> Any:
-    """A redis-py client (redis.asyncio's ``on_loop``) for a ``RedisCache`` ``THROTTLE_CACHE``, kept per
-    process or loop (Django builds a client per operation), or ``None``: another backend, or on the loop
-    a custom pool or parser class, which only has a synchronous form."""
+    """A redis-py client (redis.asyncio's ``on_loop``) for a ``RedisCache`` ``THROTTLE_CACHE``, kept per process
+    or loop, or ``None``: another backend, or on the loop a custom pool or parser class (sync only)."""
     alias = settings.THROTTLE_CACHE
     kept = _loop_redis_clients.setdefault(asyncio.get_running_loop(), {}) if on_loop else _redis_clients
     if alias in kept:

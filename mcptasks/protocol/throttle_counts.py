@@ -1,5 +1,4 @@
-"""Throttle counters kept in the process: admitted or refused from memory, synced with a shared counter
-by a background thread every ``THROTTLE_SYNC_MS`` (docs/reliability.md gives the bounds)."""
+"""Throttle counters kept in memory, synced with a shared one every ``THROTTLE_SYNC_MS`` (docs/reliability.md)."""
 
 from __future__ import annotations
 
@@ -43,22 +42,21 @@ class LocalCounts:
     def admit(self, key: str, limit: int, ends_at: float, timeout: int) -> bool:
         """Count one request in ``key``'s window; ``False`` (nothing counted) when ``limit`` is reached."""
         with self._lock:
-            counter = self._counters.get(key)
-            if counter is None:
-                counter = self._counters[key] = _Counter(ends_at, timeout)
+            counter = self._counters.setdefault(key, _Counter(ends_at, timeout))
             if counter.total() >= limit:
                 return False
             counter.unsynced += 1
-            self._start_thread()
+            if self._thread is None or self._thread_pid != os.getpid():  # a forked child has no thread of its own
+                self._thread_pid = os.getpid()
+                self._thread = threading.Thread(target=self._run, name="mcptasks-throttle-sync", daemon=True)
+                self._thread.start()
             return True
 
     def sync(self) -> bool:
-        """Push the new admissions, read back the totals, drop ended windows; ``False`` if the push failed
-        (the admissions are kept for the next try)."""
+        """Drop ended windows, push the new admissions, read back the totals; ``False`` if the push failed."""
         now = time.time()
         with self._lock:
-            for key in [k for k, c in self._counters.items() if c.ends_at <= now]:
-                del self._counters[key]
+            self._counters = {key: c for key, c in self._counters.items() if c.ends_at > now}
             batch = list(self._counters.items())
             for _, counter in batch:
                 counter.pushing, counter.unsynced = counter.unsynced, 0
@@ -102,21 +100,10 @@ class LocalCounts:
         with self._lock:
             return len(self._counters)
 
-    def _start_thread(self) -> None:
-        # Under the lock. A forked child has the parent's counters but not its thread.
-        pid = os.getpid()
-        if self._thread is not None and self._thread_pid == pid:
-            return
-        self._thread_pid = pid
-        self._thread = threading.Thread(target=self._run, name="mcptasks-throttle-sync", daemon=True)
-        self._thread.start()
-
     def _run(self) -> None:
-        while True:
+        while self._thread is threading.current_thread():  # until closed, replaced or idle
             time.sleep(self.interval)
             self.sync()
             with self._lock:
-                if not self._counters or self._thread is not threading.current_thread():
-                    if self._thread is threading.current_thread():
-                        self._thread = None
-                    return
+                if not self._counters and self._thread is threading.current_thread():
+                    self._thread = None
