@@ -117,16 +117,13 @@ class _Hub:
         self._receiver: asyncio.Task[None] | None = None
         self._renewer: asyncio.Task[None] | None = None
 
-    def _guard(self, group: str) -> asyncio.Lock:
-        return self._guards.setdefault(group, asyncio.Lock())
-
     async def join(self, listener: Listener) -> None:
         async with self._channel_lock:
             if self.channel is None:
                 self.channel = await self.layer.new_channel("mcptasks.listen.")
         try:
             for group in listener.groups:
-                async with self._guard(group):
+                async with self._guards.setdefault(group, asyncio.Lock()):
                     if group not in self.members:
                         # Registered before joining: see ``followers``.
                         await self._follow([group])
@@ -143,7 +140,7 @@ class _Hub:
 
     async def leave(self, listener: Listener) -> None:
         for group in listener.groups:
-            async with self._guard(group):
+            async with self._guards.setdefault(group, asyncio.Lock()):
                 members = self.members.get(group, set())
                 if members != {listener}:  # not the group's last member, or not one at all
                     members.discard(listener)
@@ -191,7 +188,7 @@ class _Hub:
             await asyncio.sleep(settings.KEEPALIVE_SECONDS)
             await _quietly("renewing the followers", self._follow(list(self.members)))
             for group in list(self.members):
-                async with self._guard(group):
+                async with self._guards.setdefault(group, asyncio.Lock()):
                     if group in self.members:
                         await _quietly("group_add", self.layer.group_add(group, self.channel))
 

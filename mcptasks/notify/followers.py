@@ -16,7 +16,6 @@ logger = logging.getLogger("mcptasks.notify")
 
 #: How long a registration lasts unrenewed, in keep-alive periods (this much clock skew is tolerated).
 LAPSE_PERIODS = 3
-CHECK_TIMEOUT_SECONDS = 2.0
 #: channels_redis's layer (a subclass too), known without importing the optional extra.
 _REDIS_LAYER = ("channels_redis.core", "RedisChannelLayer")
 
@@ -72,7 +71,7 @@ class RedisRegistry:
         import redis
 
         # A hung Redis must not hold a run's thread: the check then fails and the change is sent.
-        host = {**dict.fromkeys(("socket_timeout", "socket_connect_timeout"), CHECK_TIMEOUT_SECONDS), **self._host}
+        host = {**dict.fromkeys(("socket_timeout", "socket_connect_timeout"), 2.0), **self._host}
         address = host.pop("address", None)
         return redis.Redis.from_url(address, **host) if address else redis.Redis(**host)
 

@@ -90,13 +90,11 @@ class LocalCounts:
             self._thread = None
 
     def seen(self, key: str) -> int:
-        """The total this process knows for ``key`` (0 for a counter it does not hold)."""
         with self._lock:
             counter = self._counters.get(key)
             return counter.total() if counter is not None else 0
 
     def live(self) -> int:
-        """How many counters are held."""
         with self._lock:
             return len(self._counters)
 

@@ -160,8 +160,7 @@ class Snapshot:
             try:
                 async with await psycopg.AsyncConnection.connect(**self.params) as conn:
                     self.connections.append(conn)
-                    await conn.execute(f"LISTEN {CHANNEL}")
-                    await conn.execute(f"LISTEN {self.sync_channel}")
+                    await conn.execute(f"LISTEN {CHANNEL}; LISTEN {self.sync_channel}")
                     self.flush()  # every change from here on will be heard: start afresh
                     self.up = True
                     async for note in conn.notifies():
