@@ -128,17 +128,10 @@ async def create(
     answered: Mapping[str, lifecycle.Answer] | None = None,
 ) -> Task:
     """A new task of ``tool``, committed; the owner's quota refuses it as a rate limit."""
+    ttl_ms = tool.ttl_ms if ttl_ms is None else ttl_ms
+    fields = {"owner": owner, "tool_name": tool.name, "arguments": arguments, "client_capabilities": capabilities}
     try:
-        return await route.create(
-            era,
-            answered or {},
-            owner=owner,
-            tool_name=tool.name,
-            arguments=arguments,
-            client_capabilities=capabilities,
-            ttl_ms=tool.ttl_ms if ttl_ms is None else ttl_ms,
-            poll_interval_ms=tool.poll_interval_ms,
-        )
+        return await route.create(era, answered or {}, ttl_ms=ttl_ms, poll_interval_ms=tool.poll_interval_ms, **fields)
     except lifecycle.TooManyActiveTasks as exc:
         raise limits.RateLimited(str(exc), retry_after=1.0) from None
 
