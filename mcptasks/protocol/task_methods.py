@@ -1,7 +1,5 @@
-"""The task methods, written once for both eras and both routes: a task's
-creation, ``tasks/get``, ``tasks/update`` and ``tasks/cancel``, with their
-owner check, throttle, validation and error mapping; an era only shapes
-what it returns. Their store steps are a :class:`Route`'s (thread or loop)."""
+"""A task's creation, ``tasks/get``, ``tasks/update`` and ``tasks/cancel`` for both eras (an era only shapes
+what it returns), with their owner check, throttle, validation and errors; a :class:`Route` takes their steps."""
 
 from __future__ import annotations
 
