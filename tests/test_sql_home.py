@@ -172,9 +172,16 @@ def test_a_creations_parameters_are_what_the_orm_would_save():
     from mcptasks.tasks import creation
     from mcptasks.tasks.store.postgres import column_params
 
-    task, _actor, _detail = creation._new_task(
-        "alice", "slow_compute", {"seconds": 1}, "2026-07-28", {"tasks": {}}, 60_000, None, enqueue=True
-    )
+    fields: creation.NewTask = {
+        "owner": "alice",
+        "tool_name": "slow_compute",
+        "arguments": {"seconds": 1},
+        "era": "2026-07-28",
+        "client_capabilities": {"tasks": {}},
+        "ttl_ms": 60_000,
+        "poll_interval_ms": None,
+    }
+    task, _actor, _detail = creation._new_task(fields, enqueue=True)
     fast = column_params(task)
     for field in Task._meta.concrete_fields:
         expected = field.get_db_prep_save(field.pre_save(task, add=True), connection)

@@ -1,7 +1,5 @@
-"""The task methods, written once for both eras and both routes: a task's
-creation, ``tasks/get``, ``tasks/update`` and ``tasks/cancel``, with their
-owner check, throttle, validation and error mapping; an era only shapes
-what it returns. Their store steps are a :class:`Route`'s (thread or loop)."""
+"""A task's creation, ``tasks/get``, ``tasks/update`` and ``tasks/cancel`` for both eras (an era only shapes
+what it returns), with their owner check, throttle, validation and errors; a :class:`Route` takes their steps."""
 
 from __future__ import annotations
 
@@ -128,17 +126,10 @@ async def create(
     answered: Mapping[str, lifecycle.Answer] | None = None,
 ) -> Task:
     """A new task of ``tool``, committed; the owner's quota refuses it as a rate limit."""
+    ttl_ms = tool.ttl_ms if ttl_ms is None else ttl_ms
+    fields = {"owner": owner, "tool_name": tool.name, "arguments": arguments, "client_capabilities": capabilities}
     try:
-        return await route.create(
-            era,
-            answered or {},
-            owner=owner,
-            tool_name=tool.name,
-            arguments=arguments,
-            client_capabilities=capabilities,
-            ttl_ms=tool.ttl_ms if ttl_ms is None else ttl_ms,
-            poll_interval_ms=tool.poll_interval_ms,
-        )
+        return await route.create(era, answered or {}, ttl_ms=ttl_ms, poll_interval_ms=tool.poll_interval_ms, **fields)
     except lifecycle.TooManyActiveTasks as exc:
         raise limits.RateLimited(str(exc), retry_after=1.0) from None
 

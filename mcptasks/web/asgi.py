@@ -1,8 +1,6 @@
-"""``/mcp`` straight from ASGI (``mcp_router``), without Django's middleware: each
-synchronous one costs a thread round trip per request, and the endpoint checks
-``Host`` and ``Origin`` and identifies callers itself. A task tool's plain creation
-and the task methods are served on the event loop, decided before anything is
-done; the rest by ``views`` on a thread."""
+"""``/mcp`` straight from ASGI (``mcp_router``), without Django's middleware (a thread round trip each; the
+endpoint checks ``Host`` and ``Origin`` and identifies callers itself). A task tool's plain creation and the
+task methods are served on the event loop, decided before anything is done; the rest by ``views`` on a thread."""
 
 from __future__ import annotations
 
@@ -116,9 +114,8 @@ _LOOP_METHODS = (b"tools/call", b"tasks/get", b"tasks/update", b"tasks/cancel")
 
 
 async def _serve_on_loop(scope: Scope, body: bytes) -> HttpResponseBase | None:
-    """The response to a request the loop takes (:func:`_taken_by_loop`),
-    errors included, or ``None`` for one the thread path serves from the start.
-    A caller the identity cache does not know is identified on a thread."""
+    """The response to a request the loop takes (:func:`_taken_by_loop`), errors included, or ``None`` for one
+    the thread path serves from the start. A caller the identity cache does not know is identified on a thread."""
     from ..protocol.modern import handlers as modern
     from ..protocol.replies import WireReply, error_reply, result_reply, unexpected_error_reply
     from ..telemetry import requests as request_telemetry

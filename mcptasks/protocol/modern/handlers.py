@@ -37,6 +37,7 @@ from .request import Request
 from .request_state import inline_call, round_answers
 
 Reply = dict[str, Any] | Stream | Deferred
+Answered = Mapping[str, lifecycle.Answer] | None
 
 
 def complete(value: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -106,18 +107,12 @@ def call_tool(req: Request) -> Reply:
 
 
 async def start_task(
-    req: Request,
-    tool: Tool,
-    arguments: dict[str, Any],
-    route: Route = THREAD,
-    *,
-    answered: Mapping[str, lifecycle.Answer] | None = None,
-    gone: HungUp = None,
+    req: Request, tool: Tool, arguments: dict[str, Any], *, answered: Answered = None, gone: HungUp = None
 ) -> dict[str, Any]:
     """A tools/call's task, created: its ``CreateTaskResult``, or an ``auto``
     tool's outcome if it comes soon (a wait the loop never takes)."""
     task = await task_methods.create(
-        route, req.caller.owner, tool, arguments, era=Era.MODERN, capabilities=req.capabilities, answered=answered
+        req.route, req.caller.owner, tool, arguments, era=Era.MODERN, capabilities=req.capabilities, answered=answered
     )
     # create committed: a tasks/get for this id resolves from here on.
     if tool.task == "auto":
@@ -139,17 +134,17 @@ def get_prompt(req: Request) -> Reply:
     )
 
 
-async def task_method(req: Request, route: Route = THREAD) -> dict[str, Any]:
+async def task_method(req: Request) -> dict[str, Any]:
     """``tasks/get``, ``tasks/update`` or ``tasks/cancel``, once the tasks
     extension is declared (-32021 before anything else)."""
     if not req.tasks_enabled:
         raise missing_tasks_extension()
     if req.message.method == "tasks/get":
-        return await task_methods.get(route, req.caller, req.params, lambda task: complete(detailed_task(task)))
+        return await task_methods.get(req.route, req.caller, req.params, lambda task: complete(detailed_task(task)))
     if req.message.method == "tasks/update":
-        await task_methods.update(route, req.caller, req.params)
+        await task_methods.update(req.route, req.caller, req.params)
     else:
-        await task_methods.cancel(route, req.caller, req.params)
+        await task_methods.cancel(req.route, req.caller, req.params)
     return complete()
 
 
@@ -168,12 +163,12 @@ HANDLERS: dict[str, Callable[[Request], Reply]] = {
 }
 
 
-def _request(message: Message, caller: Caller, headers: Mapping[str, str]) -> Request:
+def _request(message: Message, caller: Caller, headers: Mapping[str, str], route: Route = THREAD) -> Request:
     """Every request's checks: ``_meta`` (-32602), header/body agreement (-32020), the
     version (-32022); capabilities are each handler's to check (-32021), before any lookup."""
     _version, capabilities = check_version(message, headers)
     validate_headers(message, headers)
-    return Request(message, caller, capabilities, headers)
+    return Request(message, caller, capabilities, headers, route)
 
 
 def handle(message: Message, caller: Caller, headers: Mapping[str, str]) -> Reply:
@@ -232,8 +227,8 @@ def takes_on_loop(message: Message, headers: Mapping[str, str]) -> bool:
 async def serve_on_loop(message: Message, caller: Caller, headers: Mapping[str, str]) -> dict[str, Any]:
     """The result of a request :func:`takes_on_loop` took; raises as
     :func:`handle` does (``sql.NotOnLoop`` when the task store fails)."""
-    req = _request(message, caller, headers)
+    req = _request(message, caller, headers, LOOP)
     if message.method == "tools/call":
         tool, arguments, _kwargs = checked_tool_call(req)
-        return await start_task(req, tool, arguments, LOOP)
-    return await task_method(req, LOOP)
+        return await start_task(req, tool, arguments)
+    return await task_method(req)

@@ -8,6 +8,7 @@ from typing import Any
 
 from ..caller import Caller
 from ..jsonrpc import Message
+from ..task_methods import THREAD, Route
 from .headers import META_LOG_LEVEL, has_tasks_extension
 
 
@@ -15,7 +16,12 @@ class Request:
     """One modern request, validated: the handlers' input."""
 
     def __init__(
-        self, message: Message, caller: Caller, capabilities: dict[str, Any], headers: Mapping[str, str] | None = None
+        self,
+        message: Message,
+        caller: Caller,
+        capabilities: dict[str, Any],
+        headers: Mapping[str, str] | None = None,
+        route: Route = THREAD,
     ) -> None:
         self.message = message
         self.headers = headers or {}
@@ -23,6 +29,7 @@ class Request:
         self.meta: dict[str, Any] = message.params.get("_meta") or {}
         self.caller = caller
         self.capabilities = capabilities
+        self.route = route  # the task store's steps: on this thread, or on the event loop
 
     @property
     def tasks_enabled(self) -> bool:
