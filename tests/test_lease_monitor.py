@@ -53,7 +53,7 @@ def test_one_thread_watches_every_run_and_stops_only_the_lost_ones() -> None:
     assert monitor._thread is not None and sum(t is monitor._thread for t in _lease_threads()) == 1
     monitor.forget("worker-2")
     monitor.forget("worker-3")
-    wait_until(lambda: monitor._waiting, timeout=10)
+    wait_until(lambda: monitor._lock._waiters, timeout=10)  # its thread waits for a run
 
 
 def test_runs_leave_the_process_monitor_when_they_end(temp_tool: Any) -> None:

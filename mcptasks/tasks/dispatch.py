@@ -35,7 +35,7 @@ def route(tool_name: str, *, countdown: float | None = None) -> Route:
     return Route(queue_for(tool_name), kill_after, countdown)
 
 
-#: Sends one run of the task; returns whether the message was published.
+#: Sends one run of the task; ``False`` if not sent: the sweeper re-enqueues it later.
 Sender = Callable[[str, Route], bool]
 LoopSender = Callable[[str, Route], Awaitable[bool]]
 
@@ -58,8 +58,7 @@ def loop_sender() -> LoopSender | None:
 
 
 def enqueue_run(task_id: str, tool_name: str | None = None, *, countdown: float | None = None) -> bool:
-    """Send a run of ``task_id`` (its tool read from its row if not given) to
-    its tool's queue. ``False`` if not sent: the sweeper re-enqueues it later."""
+    """Send a run of ``task_id`` to its tool's queue (the tool read from its row if not given)."""
     if task_id in _runs_here:
         return True
     if _sender is None:

@@ -20,8 +20,7 @@ def enqueue_run(task_id: str, route: dispatch.Route) -> bool:
     brokers.before_first_publish(run_task.app)
     options: dict[str, Any] = {"queue": route.queue, "time_limit": route.kill_after, "countdown": route.countdown}
     try:
-        # A short retry: after a broker restart the pooled connection is dead,
-        # and kombu reconnects only when it retries.
+        # A short retry: after a broker restart kombu reconnects only when it retries.
         run_task.apply_async(
             (task_id,), retry=True, retry_policy=PUBLISH_RETRY_POLICY, **{k: v for k, v in options.items() if v}
         )

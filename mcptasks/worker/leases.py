@@ -31,7 +31,6 @@ class LeaseMonitor:
         self._runs: dict[str, tuple[str, threading.Event]] = {}  # worker -> (task id, cancel event)
         self._slotted: set[str] = set()
         self._deadlines: dict[str, Deadline] = {}
-        self._waiting = False
         self._thread: threading.Thread | None = None
 
     def watch(
@@ -50,7 +49,7 @@ class LeaseMonitor:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._loop, name="mcptasks-leases", daemon=True)
                 self._thread.start()
-            elif self._waiting:
+            else:  # a no-op unless the thread waits for a run
                 self._lock.notify()
 
     def forget(self, worker: str) -> None:
@@ -70,9 +69,7 @@ class LeaseMonitor:
             if not self._runs:  # hold no connection while waiting for a run
                 connection.close()
                 with self._lock:
-                    self._waiting = True
                     self._lock.wait_for(lambda: self._runs)
-                    self._waiting = False
                 next_beat = time.monotonic() + settings.HEARTBEAT_SECONDS
             time.sleep(settings.CANCEL_POLL_SECONDS)
             now = time.monotonic()

@@ -70,8 +70,7 @@ class RunMessages:
         return dumps(envelope).encode()
 
 
-def _broker_url() -> Any:
-    """Where Celery publishes (its write URL, else its URL)."""
+def _broker_url() -> Any:  # where Celery publishes
     return run_task.app.conf.broker_write_url or run_task.app.conf.broker_url or ""
 
 
@@ -97,7 +96,6 @@ class LoopPublisher:
         self.by_queue: dict[str, RunMessages | None] = {messages.queue: messages}
 
     async def send(self, task_id: str, route: dispatch.Route | None = None) -> bool:
-        """``False`` when it could not be sent: the sweeper re-enqueues it later."""
         from redis import asyncio as aioredis
 
         route = route or dispatch.Route(self.messages.queue)
@@ -120,7 +118,6 @@ class LoopPublisher:
 
 
 def loop_sender() -> dispatch.LoopSender | None:
-    """The event loop's sender of runs, or ``None`` (creation then stays on a thread)."""
     return _sender(settings.CELERY_QUEUE, _broker_url, run_task.app)
 
 
