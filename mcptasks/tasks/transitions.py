@@ -13,6 +13,7 @@ from ..tools.context import validate_input_response
 from ..tools.results import is_tool_error
 from .events import worker_actor
 from .store import backend
+from .store.orm import RunEnd
 
 Decision = tuple[list[str], bool, dict[str, Any]]
 
@@ -48,17 +49,9 @@ def finish_run(task_id: str, result: dict[str, Any], *, worker: str, to: str, me
 def _end_run(task_id: str, *, worker: str, to: str, result: Any, error: dict[str, Any] | None, message: str) -> bool:
     if not may_move(TaskStatus.WORKING, to):  # a run holds a lease only while working
         return False
-    return backend().end_run(
-        task_id,
-        to=to,
-        allowed=allowed_from(to),
-        worker=worker,
-        actor=worker_actor(worker),
-        result=result,
-        error=error,
-        message=message,
-        tool_error=error is None and is_tool_error(result),
-    )
+    tool_error = error is None and is_tool_error(result)
+    ending = RunEnd(task_id, to, allowed_from(to), worker, worker_actor(worker), result, error, message, tool_error)
+    return backend().end_run(ending)
 
 
 def fail(

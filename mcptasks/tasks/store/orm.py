@@ -7,6 +7,7 @@ change's transaction). The ``a*`` forms await the same operation on a thread
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -28,6 +29,21 @@ T = TypeVar("T")
 Decide = Callable[[str, Iterable[Any]], tuple[list[str], bool, dict[str, Any]] | None]
 
 _CLEAR_LEASE = {"lease_owner": "", "lease_expires_at": None}
+
+
+@dataclass(frozen=True)
+class RunEnd:
+    """A leased run's end: the task moves ``to`` from one of ``allowed`` while ``worker`` holds its lease."""
+
+    task_id: str
+    to: str
+    allowed: list[str]
+    worker: str
+    actor: str
+    result: Any
+    error: dict[str, Any] | None
+    message: str
+    tool_error: bool
 
 
 def held(runs: dict[str, str]) -> QuerySet[Task]:
@@ -212,24 +228,13 @@ class Orm:
 
     # Transitions ---------------------------------------------------------------
 
-    def end_run(
-        self,
-        task_id: str,
-        *,
-        to: str,
-        allowed: list[str],
-        worker: str,
-        actor: str,
-        result: Any,
-        error: dict[str, Any] | None,
-        message: str,
-        tool_error: bool,
-    ) -> bool:
-        fields: dict[str, Any] = {"status_message": message, "tool_error": tool_error, **_CLEAR_LEASE}
-        fields.update({"error": error} if error is not None else {"result": result})
+    def end_run(self, end: RunEnd) -> bool:
+        fields: dict[str, Any] = {"status_message": end.message, "tool_error": end.tool_error, **_CLEAR_LEASE}
+        fields.update({"error": end.error} if end.error is not None else {"result": end.result})
+        guard = Q(lease_owner=end.worker)
         with transaction.atomic():
             return _transition(
-                task_id, to=to, allowed=allowed, actor=actor, extra_filter=Q(lease_owner=worker), fields=fields
+                end.task_id, to=end.to, allowed=end.allowed, actor=end.actor, extra_filter=guard, fields=fields
             )
 
     def end(

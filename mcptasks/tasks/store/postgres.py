@@ -18,7 +18,7 @@ from ...telemetry import metrics
 from ...threads import on_a_thread
 from .. import dispatch, events, quota, sql
 from ..events import STATUS_MESSAGE, SYSTEM, EventKind, announce
-from .orm import Decide
+from .orm import Decide, RunEnd
 
 #: What a run asks: key -> method and params.
 Questions = Mapping[str, Mapping[str, Any]]
@@ -176,26 +176,14 @@ class Postgres:
             announce(task_id, TaskStatus.WORKING, TaskStatus.WORKING, SYSTEM, STATUS_MESSAGE, task=task)
         return task is not None
 
-    def end_run(
-        self,
-        task_id: str,
-        *,
-        to: str,
-        allowed: list[str],
-        worker: str,
-        actor: str,
-        result: Any,
-        error: dict[str, Any] | None,
-        message: str,
-        tool_error: bool,
-    ) -> bool:
+    def end_run(self, end: RunEnd) -> bool:
         """``run_finish`` (the caller checked that the rule lets ``working`` move to ``to``)."""
-        values = {"result": sql.db_value(Task, "result", result), "error": sql.db_value(Task, "error", error)}
-        params = {"task_id": task_id, "to": str(to), "now": timezone.now(), "message": message, "worker": worker}
-        task = _task(_run("run_finish", **params, **values, actor=actor, tool_error=tool_error))
+        params = {**vars(end), "to": str(end.to), "now": timezone.now()}
+        params.update(result=sql.db_value(Task, "result", end.result), error=sql.db_value(Task, "error", end.error))
+        task = _task(_run("run_finish", **params))
         if task is not None:
-            announce(task_id, TaskStatus.WORKING, to, actor, EventKind.TRANSITION, task=task)
-            metrics.task_finished(task.tool_name, to, tool_error=tool_error)
+            announce(end.task_id, TaskStatus.WORKING, end.to, end.actor, EventKind.TRANSITION, task=task)
+            metrics.task_finished(task.tool_name, end.to, tool_error=end.tool_error)
         return task is not None
 
     @staticmethod
