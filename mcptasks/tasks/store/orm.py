@@ -32,18 +32,20 @@ _CLEAR_LEASE = {"lease_owner": "", "lease_expires_at": None}
 
 
 @dataclass(frozen=True)
-class RunEnd:
-    """A leased run's end: the task moves ``to`` from one of ``allowed`` while ``worker`` holds its lease."""
+class Ending:
+    """A move to a terminal ``to`` from one of ``allowed``: a run's (``end_run``, while ``worker`` holds the
+    lease) or from outside it (``end``; with ``lapsed_at``, only if the lease had lapsed by then)."""
 
     task_id: str
     to: str
     allowed: list[str]
-    worker: str
     actor: str
-    result: Any
-    error: dict[str, Any] | None
     message: str
-    tool_error: bool
+    error: dict[str, Any] | None = None
+    worker: str = ""
+    result: Any = None
+    tool_error: bool = False
+    lapsed_at: datetime | None = None
 
 
 def held(runs: dict[str, str]) -> QuerySet[Task]:
@@ -228,7 +230,7 @@ class Orm:
 
     # Transitions ---------------------------------------------------------------
 
-    def end_run(self, end: RunEnd) -> bool:
+    def end_run(self, end: Ending) -> bool:
         fields: dict[str, Any] = {"status_message": end.message, "tool_error": end.tool_error, **_CLEAR_LEASE}
         fields.update({"error": end.error} if end.error is not None else {"result": end.result})
         guard = Q(lease_owner=end.worker)
@@ -237,28 +239,21 @@ class Orm:
                 end.task_id, to=end.to, allowed=end.allowed, actor=end.actor, extra_filter=guard, fields=fields
             )
 
-    def end(
-        self,
-        task_id: str,
-        to: str,
-        *,
-        allowed: list[str],
-        actor: str,
-        message: str,
-        error: dict[str, Any] | None = None,
-        lapsed_at: datetime | None = None,
-    ) -> bool:
-        fields: dict[str, Any] = {"status_message": message, **_CLEAR_LEASE}
-        if to == TaskStatus.CANCELLED:
-            fields.update(cancel_requested_at=timezone.now(), cancelled_by=actor)
+    def end(self, end: Ending) -> bool:
+        fields: dict[str, Any] = {"status_message": end.message, **_CLEAR_LEASE}
+        if end.to == TaskStatus.CANCELLED:
+            fields.update(cancel_requested_at=timezone.now(), cancelled_by=end.actor)
         else:
-            fields.update(error=error)
-        guard = None if lapsed_at is None else Q(lease_expires_at__lt=lapsed_at) | Q(lease_expires_at__isnull=True)
+            fields.update(error=end.error)
+        lapsed = end.lapsed_at
+        guard = None if lapsed is None else Q(lease_expires_at__lt=lapsed) | Q(lease_expires_at__isnull=True)
         with transaction.atomic():
-            return _transition(task_id, to=to, allowed=allowed, actor=actor, fields=fields, extra_filter=guard)
+            return _transition(
+                end.task_id, to=end.to, allowed=end.allowed, actor=end.actor, fields=fields, extra_filter=guard
+            )
 
-    async def aend(self, task_id: str, to: str, *, allowed: list[str], actor: str, message: str) -> bool:
-        return await on_a_thread(lambda: self.end(task_id, to, allowed=allowed, actor=actor, message=message))
+    async def aend(self, end: Ending) -> bool:
+        return await on_a_thread(lambda: self.end(end))
 
     def request_input(
         self,

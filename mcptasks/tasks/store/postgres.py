@@ -18,7 +18,7 @@ from ...telemetry import metrics
 from ...threads import on_a_thread
 from .. import dispatch, events, quota, sql
 from ..events import STATUS_MESSAGE, SYSTEM, EventKind, announce
-from .orm import Decide, RunEnd
+from .orm import Decide, Ending
 
 #: What a run asks: key -> method and params.
 Questions = Mapping[str, Mapping[str, Any]]
@@ -29,7 +29,7 @@ _ADAPTED_FIELDS = [f for f in Task._meta.concrete_fields if isinstance(f, models
 #: Every status, question state and event kind under its own name, and the terminal statuses:
 #: passed to each statement (psycopg ignores the keys a statement does not name).
 _FIXED: dict[str, Any] = {v.value: v.value for kinds in (TaskStatus, InputRequestState, EventKind) for v in kinds}
-_FIXED["terminal"] = sql.strings(TERMINAL_STATUSES)
+_FIXED["terminal"] = [str(status) for status in TERMINAL_STATUSES]
 
 
 def column_params(task: Task) -> dict[str, Any]:
@@ -176,7 +176,7 @@ class Postgres:
             announce(task_id, TaskStatus.WORKING, TaskStatus.WORKING, SYSTEM, STATUS_MESSAGE, task=task)
         return task is not None
 
-    def end_run(self, end: RunEnd) -> bool:
+    def end_run(self, end: Ending) -> bool:
         """``run_finish`` (the caller checked that the rule lets ``working`` move to ``to``)."""
         params = {**vars(end), "to": str(end.to), "now": timezone.now()}
         params.update(result=sql.db_value(Task, "result", end.result), error=sql.db_value(Task, "error", end.error))
@@ -187,43 +187,28 @@ class Postgres:
         return task is not None
 
     @staticmethod
-    def _end(
-        task_id: str, to: str, allowed: list[str], actor: str, message: str, error: Any, lapsed_at: datetime | None
-    ) -> dict[str, Any]:
-        now = timezone.now()
-        cancelled = to == TaskStatus.CANCELLED
-        by = {"cancelled_at": now if cancelled else None, "cancelled_by": actor if cancelled else None}
-        params = {"task_id": task_id, "allowed": allowed, "to": str(to), "now": now, "actor": actor, "message": message}
-        return {**params, **by, "error": sql.db_value(Task, "error", error), "lapsed_at": lapsed_at}
+    def _end(end: Ending) -> dict[str, Any]:
+        now, cancelled = timezone.now(), end.to == TaskStatus.CANCELLED
+        by = {"cancelled_at": now if cancelled else None, "cancelled_by": end.actor if cancelled else None}
+        return {**vars(end), **by, "to": str(end.to), "now": now, "error": sql.db_value(Task, "error", end.error)}
 
-    def end(
-        self,
-        task_id: str,
-        to: str,
-        *,
-        allowed: list[str],
-        actor: str,
-        message: str,
-        error: dict[str, Any] | None = None,
-        lapsed_at: datetime | None = None,
-    ) -> bool:
-        result = _run("task_end", **self._end(task_id, to, allowed, actor, message, error, lapsed_at))
+    def end(self, end: Ending) -> bool:
+        result = _run("task_end", **self._end(end))
         task = _task(result, -1)
         if task is not None:
             metrics.task_finished(task.tool_name, task.status, committed=False)
-            announce(task_id, result.first()[-1], task.status, actor, EventKind.TRANSITION, task=task)
+            announce(end.task_id, result.first()[-1], task.status, end.actor, EventKind.TRANSITION, task=task)
         return task is not None
 
-    async def aend(self, task_id: str, to: str, *, allowed: list[str], actor: str, message: str) -> bool:
+    async def aend(self, end: Ending) -> bool:
         """``task_end`` on the event loop, in autocommit."""
         if not sql.loop_available():
-            return await on_a_thread(lambda: self.end(task_id, to, allowed=allowed, actor=actor, message=message))
-        params = {**_FIXED, **self._end(task_id, to, allowed, actor, message, None, None)}
-        result = await sql.aexecute("task_end", params)
+            return await on_a_thread(lambda: self.end(end))
+        result = await sql.aexecute("task_end", {**_FIXED, **self._end(end)})
         task = _task(result, -1)
         if task is not None:
             metrics.task_finished(task.tool_name, task.status, committed=True)
-            await events.aannounce_committed(task, result.first()[-1], actor, EventKind.TRANSITION)
+            await events.aannounce_committed(task, result.first()[-1], end.actor, EventKind.TRANSITION)
         return task is not None
 
     def request_input(
