@@ -57,8 +57,7 @@ def _end_run(task_id: str, *, worker: str, to: str, result: Any, error: dict[str
 def fail(
     task_id: str, error: dict[str, Any], *, actor: str, worker: str | None = None, lapsed_at: datetime | None = None
 ) -> bool:
-    """End the task ``failed`` with a JSON-RPC error: with ``worker``, only while
-    that run holds the lease; with ``lapsed_at``, only if its lease had lapsed by then."""
+    """End the task ``failed``: with ``worker``, only under its lease; with ``lapsed_at``, once its lease lapsed."""
     to, message = TaskStatus.FAILED, str(error.get("message", ""))
     if worker:
         return _end_run(task_id, worker=worker, to=to, result=None, error=error, message=message)
@@ -80,8 +79,7 @@ async def acancel(task_id: str, *, actor: str, reason: str = "") -> bool:
 
 
 def request_input(task_id: str, requests: Mapping[str, Mapping[str, Any]], *, worker: str, message: str = "") -> bool:
-    """Record a run's questions (a key keeps its first request), move the task
-    to ``input_required`` and release the worker."""
+    """Record a run's questions (a key keeps its first request), move the task to ``input_required``."""
     to, message = TaskStatus.INPUT_REQUIRED, message or "Waiting for input."
     if not may_move(TaskStatus.WORKING, to):
         return False

@@ -27,6 +27,10 @@ T = TypeVar("T")
 
 #: What a submission's answers do, decided by ``transitions`` under the task's lock.
 Decide = Callable[[str, Iterable[Any]], tuple[list[str], bool, dict[str, Any]] | None]
+#: A JSON object: a response, an event's detail.
+Json = Mapping[str, Any]
+#: A claimed run: its task and the answers its earlier runs were given.
+Claimed = tuple[Task, dict[str, Any]] | None
 
 _CLEAR_LEASE = {"lease_owner": "", "lease_expires_at": None}
 
@@ -157,9 +161,7 @@ class Orm:
 
     # Runs ----------------------------------------------------------------------
 
-    def claim(
-        self, task_id: str, *, worker: str, actor: str, now: datetime, lease: datetime
-    ) -> tuple[Task, dict[str, Any]] | None:
+    def claim(self, task_id: str, *, worker: str, actor: str, now: datetime, lease: datetime) -> Claimed:
         with transaction.atomic():
             got = (
                 Task.objects.filter(pk=task_id, status=TaskStatus.WORKING)

@@ -18,10 +18,10 @@ from ...telemetry import metrics
 from ...threads import on_a_thread
 from .. import dispatch, events, quota, sql
 from ..events import STATUS_MESSAGE, SYSTEM, EventKind, announce
-from .orm import Decide, Ending
+from .orm import Claimed, Decide, Ending, Json
 
 #: What a run asks: key -> method and params.
-Questions = Mapping[str, Mapping[str, Any]]
+Questions = Mapping[str, Json]
 
 _COLUMNS = [field.attname for field in Task._meta.concrete_fields]
 #: The columns whose values Django adapts for the driver; psycopg sends the rest as they are.
@@ -64,7 +64,7 @@ class Postgres:
     name = "postgres"
 
     def _create_params(
-        self, task: Task, actor: str, detail: Mapping[str, Any], answered: Mapping[str, Any], exclusive: bool = False
+        self, task: Task, actor: str, detail: Json, answered: Json, exclusive: bool = False
     ) -> dict[str, Any] | None:
         """``task_create``'s; ``None`` near the quota unless the caller holds the owner's lock alone."""
         limit = settings.MAX_ACTIVE_TASKS_PER_OWNER
@@ -79,7 +79,7 @@ class Postgres:
         params["detail"] = sql.db_value(TaskEvent, "detail", dict(detail))
         return params
 
-    def insert_created(self, task: Task, actor: str, detail: Mapping[str, Any], answered: Mapping[str, Any]) -> None:
+    def insert_created(self, task: Task, actor: str, detail: Json, answered: Json) -> None:
         """``task_create``, near the quota under the owner's lock alone, or ``TooManyActiveTasks``."""
         params = self._create_params(task, actor, detail, answered)
         if params is None or _run("task_create", **params).rowcount != 1:
@@ -94,9 +94,7 @@ class Postgres:
         task._state.adding = False
         task._state.db = connection.alias
 
-    async def acreate(
-        self, task: Task, actor: str, detail: Mapping[str, Any], create: Callable[[], Task]
-    ) -> Task | None:
+    async def acreate(self, task: Task, actor: str, detail: Json, create: Callable[[], Task]) -> Task | None:
         """``task_create`` on the loop, then its signals and the run's publish; ``None`` near the quota."""
         if not sql.loop_available():
             return await on_a_thread(create)
@@ -135,9 +133,7 @@ class Postgres:
         task.outcome_read_at = read.outcome_read_at if read is not None else task.outcome_read_at
         return bool(read is not None and result.first()[-1])
 
-    def claim(
-        self, task_id: str, *, worker: str, actor: str, now: datetime, lease: datetime
-    ) -> tuple[Task, dict[str, Any]] | None:
+    def claim(self, task_id: str, *, worker: str, actor: str, now: datetime, lease: datetime) -> Claimed:
         result = _run("run_claim", task_id=task_id, worker=worker, lease=lease, now=now, actor=actor)
         task = _task(result, -1)
         if task is None:
@@ -225,14 +221,12 @@ class Postgres:
         return task is not None
 
     @staticmethod
-    def _answer(
-        task_id: str, responses: Mapping[str, Any], accepted: list[str], resume: bool, actor: str
-    ) -> dict[str, Any]:
+    def _answer(task_id: str, responses: Json, accepted: list[str], resume: bool, actor: str) -> dict[str, Any]:
         answers = sql.db_value(InputRequest, "response", {key: responses[key] for key in accepted})
         detail = sql.db_value(TaskEvent, "detail", {"keys": accepted})
         return dict(task_id=task_id, now=timezone.now(), actor=actor, answers=answers, resume=resume, detail=detail)
 
-    def submit_input(self, task_id: str, responses: Mapping[str, Any], *, actor: str, decide: Decide) -> list[str]:
+    def submit_input(self, task_id: str, responses: Json, *, actor: str, decide: Decide) -> list[str]:
         """``task_lock``, ``input_pending``, ``input_answer``, in one transaction."""
         with transaction.atomic():
             locked = _run("task_lock", task_id=task_id).first()
@@ -250,9 +244,7 @@ class Postgres:
                 announce(task_id, locked[0], locked[0], actor, EventKind.INPUT)
             return accepted
 
-    async def asubmit_input(
-        self, task_id: str, responses: Mapping[str, Any], *, actor: str, decide: Decide
-    ) -> list[str]:
+    async def asubmit_input(self, task_id: str, responses: Json, *, actor: str, decide: Decide) -> list[str]:
         """``submit_input`` on the loop; a resumed task's run published from the loop once committed."""
         if not sql.loop_available():
             return await on_a_thread(lambda: self.submit_input(task_id, responses, actor=actor, decide=decide))
