@@ -122,8 +122,7 @@ SET lease_owner = '', lease_expires_at = NULL, attempts = attempts - 1, dispatch
 WHERE id = %(task_id)s AND lease_owner = %(worker)s;
 
 -- name: run_finish
--- A run's end while ``worker`` holds the lease: ``working`` -> ``to``, result or error kept,
--- lease cleared, the event, and the task out of its owner's active count.
+-- A run's end under ``worker``'s lease: ``to``, result or error kept, lease cleared, event, out of the count.
 WITH finished AS (
     UPDATE mcptasks_task
     SET status = %(to)s, updated_at = %(now)s, finished_at = %(now)s, status_message = %(message)s,
@@ -159,8 +158,7 @@ RETURNING id, owner, tool_name, era, status, status_message, result, error,
           created_at, updated_at, ttl_ms, poll_interval_ms, outcome_read_at;
 
 -- name: run_retry
--- A run whose tool asked for a retry gives its lease back, due again at ``due``, with
--- ``tool_retry``; the claim's attempt is taken back (attempts count lost runs).
+-- A tool's retry: the lease given back, due at ``due``, ``tool_retry``; attempts count lost runs, not this.
 WITH retried AS (
     UPDATE mcptasks_task
     SET lease_owner = '', lease_expires_at = NULL, attempts = attempts - 1, dispatched_at = %(due)s,
@@ -228,8 +226,7 @@ WITH prior (prior_id, from_status) AS (
 TABLE ended;
 
 -- name: input_request
--- A run asks questions: ``working`` -> ``input_required`` while ``worker`` holds the lease,
--- lease released, attempts reset, the questions pending (an asked key keeps its first), the event.
+-- A run's questions under its lease: ``input_required``, lease released, attempts reset, the event.
 WITH moved AS (
     UPDATE mcptasks_task
     SET status = %(input_required)s, updated_at = %(now)s, status_message = %(message)s, attempts = 0,
@@ -259,8 +256,7 @@ SELECT status FROM mcptasks_task WHERE id = %(task_id)s FOR UPDATE;
 SELECT key, method, params FROM mcptasks_inputrequest WHERE task_id = %(task_id)s AND state = %(pending)s;
 
 -- name: input_answer
--- tasks/update, last (under ``task_lock``): the answers, the ``input`` event, and either the
--- task resumed (``resume``, with its transition) or its update time touched.
+-- tasks/update, last (under ``task_lock``): the answers, ``input``, and the task resumed (``resume``) or touched.
 WITH answered AS (
     UPDATE mcptasks_inputrequest AS request
     SET state = %(answered)s, response = answer.value, answered_at = %(now)s

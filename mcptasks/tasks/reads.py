@@ -1,6 +1,5 @@
-"""Reading a task for its owner: ``lookup`` (no write) and ``poll`` (the read of
-``tasks/get``, which also marks the first read of a finished task's outcome),
-on a thread and on the event loop, each one step of the process's store."""
+"""Reading a task for its owner, on a thread and on the loop: ``lookup`` (no write) and ``poll``
+(``tasks/get``'s, which also marks a finished task's first outcome read), each one store step."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""A worker's runs: claims, heartbeats, status messages, release and retries,
-each written by the process's store (``store.backend()``)."""
+"""A worker's runs: claims, heartbeats, status messages, release and retries, each a ``store.backend()`` step."""
 
 from __future__ import annotations
 
@@ -26,8 +25,7 @@ class Run:
 
 
 def claim(task_id: str, *, worker: str) -> Task | None:
-    """Take the lease of a ``working`` task nobody holds a live lease on; ``None`` when it is terminal,
-    waiting for input or running elsewhere (a duplicate message)."""
+    """Lease a ``working`` task with no live lease; ``None`` if terminal, waiting or running (a duplicate)."""
     run = start_run(task_id, worker=worker)
     return run.task if run is not None else None
 
@@ -79,8 +77,7 @@ def tool_retries(task_id: str) -> int:
 
 
 def schedule_retry(task_id: str, *, worker: str, attempt: int, delay: float, error: str) -> bool:
-    """While ``worker`` holds the lease, give it back with attempt ``attempt`` due in ``delay`` seconds (the
-    task stays ``working``; ``attempts`` counts lost runs, not this). The caller sends the run once this commits."""
+    """Under ``worker``'s lease, give it back as attempt ``attempt`` due in ``delay`` s; sent once this commits."""
     now = timezone.now()
     due = now + timedelta(seconds=delay)
     error = error[:200]

@@ -10,7 +10,7 @@ import re
 import sys
 import time
 import weakref
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -79,11 +79,6 @@ def db_value(model: type[models.Model], field: str, value: Any) -> Any:
     target = model._meta.get_field(field)
     assert isinstance(target, models.Field)
     return target.get_db_prep_save(value, connection)
-
-
-def strings(values: Sequence[str]) -> list[str]:
-    """Choices as plain strings, for an array parameter."""
-    return [str(value) for value in values]
 
 
 class Result(NamedTuple):

@@ -13,6 +13,7 @@ from ..tools.context import validate_input_response
 from ..tools.results import is_tool_error
 from .events import worker_actor
 from .store import backend
+from .store.orm import Ending
 
 Decision = tuple[list[str], bool, dict[str, Any]]
 
@@ -48,37 +49,19 @@ def finish_run(task_id: str, result: dict[str, Any], *, worker: str, to: str, me
 def _end_run(task_id: str, *, worker: str, to: str, result: Any, error: dict[str, Any] | None, message: str) -> bool:
     if not may_move(TaskStatus.WORKING, to):  # a run holds a lease only while working
         return False
-    return backend().end_run(
-        task_id,
-        to=to,
-        allowed=allowed_from(to),
-        worker=worker,
-        actor=worker_actor(worker),
-        result=result,
-        error=error,
-        message=message,
-        tool_error=error is None and is_tool_error(result),
-    )
+    tool_error = error is None and is_tool_error(result)
+    ending = Ending(task_id, to, allowed_from(to), worker_actor(worker), message, error, worker, result, tool_error)
+    return backend().end_run(ending)
 
 
 def fail(
-    task_id: str,
-    error: dict[str, Any],
-    *,
-    actor: str,
-    worker: str | None = None,
-    message: str = "",
-    lapsed_at: datetime | None = None,
+    task_id: str, error: dict[str, Any], *, actor: str, worker: str | None = None, lapsed_at: datetime | None = None
 ) -> bool:
-    """End the task ``failed`` with a JSON-RPC error: with ``worker``, only while
-    that run holds the lease; with ``lapsed_at``, only if its lease had lapsed by then."""
-    message = message or str(error.get("message", ""))
-    to = TaskStatus.FAILED
+    """End the task ``failed``: with ``worker``, only under its lease; with ``lapsed_at``, once its lease lapsed."""
+    to, message = TaskStatus.FAILED, str(error.get("message", ""))
     if worker:
         return _end_run(task_id, worker=worker, to=to, result=None, error=error, message=message)
-    return backend().end(
-        task_id, to, allowed=allowed_from(to), actor=actor, message=message, error=error, lapsed_at=lapsed_at
-    )
+    return backend().end(Ending(task_id, to, allowed_from(to), actor, message, error, lapsed_at=lapsed_at))
 
 
 _CANCELLED = "The task was cancelled."
@@ -87,17 +70,16 @@ _CANCELLED = "The task was cancelled."
 def cancel(task_id: str, *, actor: str, reason: str = "") -> bool:
     """Cancel an active task now (in the caller's transaction, if any); a queued run then never starts."""
     to = TaskStatus.CANCELLED
-    return backend().end(task_id, to, allowed=allowed_from(to), actor=actor, message=reason or _CANCELLED)
+    return backend().end(Ending(task_id, to, allowed_from(to), actor, reason or _CANCELLED))
 
 
 async def acancel(task_id: str, *, actor: str, reason: str = "") -> bool:
     to = TaskStatus.CANCELLED
-    return await backend().aend(task_id, to, allowed=allowed_from(to), actor=actor, message=reason or _CANCELLED)
+    return await backend().aend(Ending(task_id, to, allowed_from(to), actor, reason or _CANCELLED))
 
 
 def request_input(task_id: str, requests: Mapping[str, Mapping[str, Any]], *, worker: str, message: str = "") -> bool:
-    """Record a run's questions (a key keeps its first request), move the task
-    to ``input_required`` and release the worker."""
+    """Record a run's questions (a key keeps its first request), move the task to ``input_required``."""
     to, message = TaskStatus.INPUT_REQUIRED, message or "Waiting for input."
     if not may_move(TaskStatus.WORKING, to):
         return False

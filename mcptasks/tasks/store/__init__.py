@@ -1,6 +1,5 @@
-"""The task store, where the operation modules write and read: one backend per process, chosen
-from Django's connection (again when ``DATABASES`` changes), so each transition has one writer:
-``postgres.Postgres`` (the statements of ``queries.sql``) or, on any other database, ``orm.Orm``."""
+"""The task store, each transition's one writer: per process (again when ``DATABASES`` changes),
+``postgres.Postgres`` (``queries.sql``'s statements) on Postgres, ``orm.Orm`` on any other database."""
 
 from __future__ import annotations
 
@@ -25,7 +24,6 @@ def backend() -> Postgres | Orm:
 
 
 def on_postgres() -> bool:
-    """Whether the process's store is Postgres's statements."""
     return backend().name == "postgres"
 
 

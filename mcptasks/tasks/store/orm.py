@@ -7,6 +7,7 @@ change's transaction). The ``a*`` forms await the same operation on a thread
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -26,8 +27,29 @@ T = TypeVar("T")
 
 #: What a submission's answers do, decided by ``transitions`` under the task's lock.
 Decide = Callable[[str, Iterable[Any]], tuple[list[str], bool, dict[str, Any]] | None]
+#: A JSON object: a response, an event's detail.
+Json = Mapping[str, Any]
+#: A claimed run: its task and the answers its earlier runs were given.
+Claimed = tuple[Task, dict[str, Any]] | None
 
 _CLEAR_LEASE = {"lease_owner": "", "lease_expires_at": None}
+
+
+@dataclass(frozen=True)
+class Ending:
+    """A move to a terminal ``to`` from one of ``allowed``: a run's (``end_run``, while ``worker`` holds the
+    lease) or from outside it (``end``; with ``lapsed_at``, only if the lease had lapsed by then)."""
+
+    task_id: str
+    to: str
+    allowed: list[str]
+    actor: str
+    message: str
+    error: dict[str, Any] | None = None
+    worker: str = ""
+    result: Any = None
+    tool_error: bool = False
+    lapsed_at: datetime | None = None
 
 
 def held(runs: dict[str, str]) -> QuerySet[Task]:
@@ -139,9 +161,7 @@ class Orm:
 
     # Runs ----------------------------------------------------------------------
 
-    def claim(
-        self, task_id: str, *, worker: str, actor: str, now: datetime, lease: datetime
-    ) -> tuple[Task, dict[str, Any]] | None:
+    def claim(self, task_id: str, *, worker: str, actor: str, now: datetime, lease: datetime) -> Claimed:
         with transaction.atomic():
             got = (
                 Task.objects.filter(pk=task_id, status=TaskStatus.WORKING)
@@ -212,48 +232,30 @@ class Orm:
 
     # Transitions ---------------------------------------------------------------
 
-    def end_run(
-        self,
-        task_id: str,
-        *,
-        to: str,
-        allowed: list[str],
-        worker: str,
-        actor: str,
-        result: Any,
-        error: dict[str, Any] | None,
-        message: str,
-        tool_error: bool,
-    ) -> bool:
-        fields: dict[str, Any] = {"status_message": message, "tool_error": tool_error, **_CLEAR_LEASE}
-        fields.update({"error": error} if error is not None else {"result": result})
+    def end_run(self, end: Ending) -> bool:
+        fields: dict[str, Any] = {"status_message": end.message, "tool_error": end.tool_error, **_CLEAR_LEASE}
+        fields.update({"error": end.error} if end.error is not None else {"result": end.result})
+        guard = Q(lease_owner=end.worker)
         with transaction.atomic():
             return _transition(
-                task_id, to=to, allowed=allowed, actor=actor, extra_filter=Q(lease_owner=worker), fields=fields
+                end.task_id, to=end.to, allowed=end.allowed, actor=end.actor, extra_filter=guard, fields=fields
             )
 
-    def end(
-        self,
-        task_id: str,
-        to: str,
-        *,
-        allowed: list[str],
-        actor: str,
-        message: str,
-        error: dict[str, Any] | None = None,
-        lapsed_at: datetime | None = None,
-    ) -> bool:
-        fields: dict[str, Any] = {"status_message": message, **_CLEAR_LEASE}
-        if to == TaskStatus.CANCELLED:
-            fields.update(cancel_requested_at=timezone.now(), cancelled_by=actor)
+    def end(self, end: Ending) -> bool:
+        fields: dict[str, Any] = {"status_message": end.message, **_CLEAR_LEASE}
+        if end.to == TaskStatus.CANCELLED:
+            fields.update(cancel_requested_at=timezone.now(), cancelled_by=end.actor)
         else:
-            fields.update(error=error)
-        guard = None if lapsed_at is None else Q(lease_expires_at__lt=lapsed_at) | Q(lease_expires_at__isnull=True)
+            fields.update(error=end.error)
+        lapsed = end.lapsed_at
+        guard = None if lapsed is None else Q(lease_expires_at__lt=lapsed) | Q(lease_expires_at__isnull=True)
         with transaction.atomic():
-            return _transition(task_id, to=to, allowed=allowed, actor=actor, fields=fields, extra_filter=guard)
+            return _transition(
+                end.task_id, to=end.to, allowed=end.allowed, actor=end.actor, fields=fields, extra_filter=guard
+            )
 
-    async def aend(self, task_id: str, to: str, *, allowed: list[str], actor: str, message: str) -> bool:
-        return await on_a_thread(lambda: self.end(task_id, to, allowed=allowed, actor=actor, message=message))
+    async def aend(self, end: Ending) -> bool:
+        return await on_a_thread(lambda: self.end(end))
 
     def request_input(
         self,

@@ -18,10 +18,10 @@ from ...telemetry import metrics
 from ...threads import on_a_thread
 from .. import dispatch, events, quota, sql
 from ..events import STATUS_MESSAGE, SYSTEM, EventKind, announce
-from .orm import Decide
+from .orm import Claimed, Decide, Ending, Json
 
 #: What a run asks: key -> method and params.
-Questions = Mapping[str, Mapping[str, Any]]
+Questions = Mapping[str, Json]
 
 _COLUMNS = [field.attname for field in Task._meta.concrete_fields]
 #: The columns whose values Django adapts for the driver; psycopg sends the rest as they are.
@@ -29,7 +29,7 @@ _ADAPTED_FIELDS = [f for f in Task._meta.concrete_fields if isinstance(f, models
 #: Every status, question state and event kind under its own name, and the terminal statuses:
 #: passed to each statement (psycopg ignores the keys a statement does not name).
 _FIXED: dict[str, Any] = {v.value: v.value for kinds in (TaskStatus, InputRequestState, EventKind) for v in kinds}
-_FIXED["terminal"] = sql.strings(TERMINAL_STATUSES)
+_FIXED["terminal"] = [str(status) for status in TERMINAL_STATUSES]
 
 
 def column_params(task: Task) -> dict[str, Any]:
@@ -64,7 +64,7 @@ class Postgres:
     name = "postgres"
 
     def _create_params(
-        self, task: Task, actor: str, detail: Mapping[str, Any], answered: Mapping[str, Any], exclusive: bool = False
+        self, task: Task, actor: str, detail: Json, answered: Json, exclusive: bool = False
     ) -> dict[str, Any] | None:
         """``task_create``'s; ``None`` near the quota unless the caller holds the owner's lock alone."""
         limit = settings.MAX_ACTIVE_TASKS_PER_OWNER
@@ -79,7 +79,7 @@ class Postgres:
         params["detail"] = sql.db_value(TaskEvent, "detail", dict(detail))
         return params
 
-    def insert_created(self, task: Task, actor: str, detail: Mapping[str, Any], answered: Mapping[str, Any]) -> None:
+    def insert_created(self, task: Task, actor: str, detail: Json, answered: Json) -> None:
         """``task_create``, near the quota under the owner's lock alone, or ``TooManyActiveTasks``."""
         params = self._create_params(task, actor, detail, answered)
         if params is None or _run("task_create", **params).rowcount != 1:
@@ -94,9 +94,7 @@ class Postgres:
         task._state.adding = False
         task._state.db = connection.alias
 
-    async def acreate(
-        self, task: Task, actor: str, detail: Mapping[str, Any], create: Callable[[], Task]
-    ) -> Task | None:
+    async def acreate(self, task: Task, actor: str, detail: Json, create: Callable[[], Task]) -> Task | None:
         """``task_create`` on the loop, then its signals and the run's publish; ``None`` near the quota."""
         if not sql.loop_available():
             return await on_a_thread(create)
@@ -135,9 +133,7 @@ class Postgres:
         task.outcome_read_at = read.outcome_read_at if read is not None else task.outcome_read_at
         return bool(read is not None and result.first()[-1])
 
-    def claim(
-        self, task_id: str, *, worker: str, actor: str, now: datetime, lease: datetime
-    ) -> tuple[Task, dict[str, Any]] | None:
+    def claim(self, task_id: str, *, worker: str, actor: str, now: datetime, lease: datetime) -> Claimed:
         result = _run("run_claim", task_id=task_id, worker=worker, lease=lease, now=now, actor=actor)
         task = _task(result, -1)
         if task is None:
@@ -176,66 +172,39 @@ class Postgres:
             announce(task_id, TaskStatus.WORKING, TaskStatus.WORKING, SYSTEM, STATUS_MESSAGE, task=task)
         return task is not None
 
-    def end_run(
-        self,
-        task_id: str,
-        *,
-        to: str,
-        allowed: list[str],
-        worker: str,
-        actor: str,
-        result: Any,
-        error: dict[str, Any] | None,
-        message: str,
-        tool_error: bool,
-    ) -> bool:
+    def end_run(self, end: Ending) -> bool:
         """``run_finish`` (the caller checked that the rule lets ``working`` move to ``to``)."""
-        values = {"result": sql.db_value(Task, "result", result), "error": sql.db_value(Task, "error", error)}
-        params = {"task_id": task_id, "to": str(to), "now": timezone.now(), "message": message, "worker": worker}
-        task = _task(_run("run_finish", **params, **values, actor=actor, tool_error=tool_error))
+        params = {**vars(end), "to": str(end.to), "now": timezone.now()}
+        params.update(result=sql.db_value(Task, "result", end.result), error=sql.db_value(Task, "error", end.error))
+        task = _task(_run("run_finish", **params))
         if task is not None:
-            announce(task_id, TaskStatus.WORKING, to, actor, EventKind.TRANSITION, task=task)
-            metrics.task_finished(task.tool_name, to, tool_error=tool_error)
+            announce(end.task_id, TaskStatus.WORKING, end.to, end.actor, EventKind.TRANSITION, task=task)
+            metrics.task_finished(task.tool_name, end.to, tool_error=end.tool_error)
         return task is not None
 
     @staticmethod
-    def _end(
-        task_id: str, to: str, allowed: list[str], actor: str, message: str, error: Any, lapsed_at: datetime | None
-    ) -> dict[str, Any]:
-        now = timezone.now()
-        cancelled = to == TaskStatus.CANCELLED
-        by = {"cancelled_at": now if cancelled else None, "cancelled_by": actor if cancelled else None}
-        params = {"task_id": task_id, "allowed": allowed, "to": str(to), "now": now, "actor": actor, "message": message}
-        return {**params, **by, "error": sql.db_value(Task, "error", error), "lapsed_at": lapsed_at}
+    def _end(end: Ending) -> dict[str, Any]:
+        now, cancelled = timezone.now(), end.to == TaskStatus.CANCELLED
+        by = {"cancelled_at": now if cancelled else None, "cancelled_by": end.actor if cancelled else None}
+        return {**vars(end), **by, "to": str(end.to), "now": now, "error": sql.db_value(Task, "error", end.error)}
 
-    def end(
-        self,
-        task_id: str,
-        to: str,
-        *,
-        allowed: list[str],
-        actor: str,
-        message: str,
-        error: dict[str, Any] | None = None,
-        lapsed_at: datetime | None = None,
-    ) -> bool:
-        result = _run("task_end", **self._end(task_id, to, allowed, actor, message, error, lapsed_at))
+    def end(self, end: Ending) -> bool:
+        result = _run("task_end", **self._end(end))
         task = _task(result, -1)
         if task is not None:
             metrics.task_finished(task.tool_name, task.status, committed=False)
-            announce(task_id, result.first()[-1], task.status, actor, EventKind.TRANSITION, task=task)
+            announce(end.task_id, result.first()[-1], task.status, end.actor, EventKind.TRANSITION, task=task)
         return task is not None
 
-    async def aend(self, task_id: str, to: str, *, allowed: list[str], actor: str, message: str) -> bool:
+    async def aend(self, end: Ending) -> bool:
         """``task_end`` on the event loop, in autocommit."""
         if not sql.loop_available():
-            return await on_a_thread(lambda: self.end(task_id, to, allowed=allowed, actor=actor, message=message))
-        params = {**_FIXED, **self._end(task_id, to, allowed, actor, message, None, None)}
-        result = await sql.aexecute("task_end", params)
+            return await on_a_thread(lambda: self.end(end))
+        result = await sql.aexecute("task_end", {**_FIXED, **self._end(end)})
         task = _task(result, -1)
         if task is not None:
             metrics.task_finished(task.tool_name, task.status, committed=True)
-            await events.aannounce_committed(task, result.first()[-1], actor, EventKind.TRANSITION)
+            await events.aannounce_committed(task, result.first()[-1], end.actor, EventKind.TRANSITION)
         return task is not None
 
     def request_input(
@@ -252,14 +221,12 @@ class Postgres:
         return task is not None
 
     @staticmethod
-    def _answer(
-        task_id: str, responses: Mapping[str, Any], accepted: list[str], resume: bool, actor: str
-    ) -> dict[str, Any]:
+    def _answer(task_id: str, responses: Json, accepted: list[str], resume: bool, actor: str) -> dict[str, Any]:
         answers = sql.db_value(InputRequest, "response", {key: responses[key] for key in accepted})
         detail = sql.db_value(TaskEvent, "detail", {"keys": accepted})
         return dict(task_id=task_id, now=timezone.now(), actor=actor, answers=answers, resume=resume, detail=detail)
 
-    def submit_input(self, task_id: str, responses: Mapping[str, Any], *, actor: str, decide: Decide) -> list[str]:
+    def submit_input(self, task_id: str, responses: Json, *, actor: str, decide: Decide) -> list[str]:
         """``task_lock``, ``input_pending``, ``input_answer``, in one transaction."""
         with transaction.atomic():
             locked = _run("task_lock", task_id=task_id).first()
@@ -277,9 +244,7 @@ class Postgres:
                 announce(task_id, locked[0], locked[0], actor, EventKind.INPUT)
             return accepted
 
-    async def asubmit_input(
-        self, task_id: str, responses: Mapping[str, Any], *, actor: str, decide: Decide
-    ) -> list[str]:
+    async def asubmit_input(self, task_id: str, responses: Json, *, actor: str, decide: Decide) -> list[str]:
         """``submit_input`` on the loop; a resumed task's run published from the loop once committed."""
         if not sql.loop_available():
             return await on_a_thread(lambda: self.submit_input(task_id, responses, actor=actor, decide=decide))
