@@ -20,6 +20,7 @@ E005    a worker lease that a heartbeat cannot keep alive (needs > 2 heartbeats)
 W006    cancels noticed more than a second late (``CANCEL_POLL_SECONDS`` > 1)
 E006    a count or interval that must be positive is not
 W007    the sweeper or the prune is missing from the Celery beat schedule
+E007    ``THROTTLE_CACHE`` names no cache of ``CACHES``: no throttle could count
 E020    ``AUTHORIZATION_SERVERS`` is empty or lists something that is not an issuer
 E021    ``RESOURCE_URL`` is not an absolute http(s) URL
 W020    ``SCOPES`` set without ``AUTHORIZATION_SERVERS``: nobody is told where to sign in
@@ -72,9 +73,19 @@ def _celery_conf() -> Any | None:
 @register(TAG)
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
     try:
-        _mcp_settings()
+        conf = _mcp_settings()
     except (TypeError, ValueError) as exc:
         return [Error(f"settings.MCPTASKS is invalid: {exc}", id="mcptasks.E000")]
+    if conf.THROTTLE_CACHE not in django_settings.CACHES:
+        # At run time a cache that fails is an outage, served uncounted: a misnamed one must not look like one.
+        return [
+            Error(
+                f"MCPTASKS['THROTTLE_CACHE'] is {conf.THROTTLE_CACHE!r}, which names no cache in CACHES: "
+                "no throttle could count a request.",
+                hint=f"Name one of {sorted(django_settings.CACHES)}, or add it to CACHES.",
+                id="mcptasks.E007",
+            )
+        ]
     return []
 
 

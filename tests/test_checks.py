@@ -66,6 +66,13 @@ def test_invalid_mcptasks_settings(sound):
 # Celery -----------------------------------------------------------------------------------
 
 
+def test_a_throttle_cache_missing_from_caches(sound):
+    mcp(sound, THROTTLE_CACHE="throttles")
+    assert ids() == ["mcptasks.E007"]
+    sound.CACHES = {**sound.CACHES, "throttles": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    assert ids() == []
+
+
 def test_no_broker_anywhere(sound, monkeypatch):
     from celery import current_app
 
