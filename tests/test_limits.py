@@ -394,6 +394,16 @@ def test_requests_are_served_uncounted_while_the_throttle_cache_is_down(rpc, lim
     assert "throttle cache 'down' unavailable" in caplog.text
 
 
+def test_a_misnamed_throttle_cache_is_an_error_not_an_outage(limit):
+    """Only a cache that fails is served uncounted; one that ``CACHES`` does not
+    name raises (``mcptasks.E007`` refuses it at start-up)."""
+    from mcptasks.protocol import limits
+
+    limit(THROTTLE_RATES={"call": "1/m"}, THROTTLE_CACHE="nope", THROTTLE_SYNC_MS=0)
+    with pytest.raises(KeyError, match="nope"):
+        limits.throttle("call", "someone")
+
+
 @pytest.fixture
 def redis_throttle(limit, settings) -> Iterator[Any]:
     """A Django ``RedisCache`` as the throttle cache, its keys and connections

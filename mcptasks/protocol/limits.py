@@ -55,6 +55,7 @@ class _Window:
     def check(self) -> None:
         if self.counted_locally():
             return
+        throttle_cache()  # a misnamed THROTTLE_CACHE raises here, not as a cache outage
         try:
             count = push_counts([(self.key, 1, self.timeout)])[0]
         except Exception as exc:
@@ -66,6 +67,7 @@ class _Window:
         """:meth:`check` on the event loop, with a redis.asyncio client (see :func:`poll_throttle_on_loop`)."""
         if self.counted_locally():
             return
+        throttle_cache()  # as in check()
         try:
             async with redis_client(on_loop=True).pipeline(transaction=False) as pipe:
                 count = int((await _queue(pipe, [(self.key, 1, self.timeout)]).execute())[1])
