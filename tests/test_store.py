@@ -37,7 +37,7 @@ def test_the_store_is_chosen_once_per_process_from_the_database():
 def test_the_operation_modules_hold_no_backend_of_their_own():
     """The rules and the sequence stay in the operation modules; every write
     of theirs is the store's, so no module holds a second writer."""
-    for name in ("transitions", "runs", "creation", "reads", "slots", "maintenance"):
+    for name in ("transitions", "runs", "retries", "creation", "reads", "slots", "maintenance"):
         text = (TASKS / f"{name}.py").read_text()
         for backend_code in ("sql.execute", "sql.aexecute", "connection.vendor", ".update(", ".bulk_create(", ".save("):
             assert backend_code not in text, (name, backend_code)

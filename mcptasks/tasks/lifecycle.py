@@ -6,8 +6,9 @@ successful change writes a ``TaskEvent`` and, once committed, sends
 
 The code lives by concern: ``creation``, ``quota`` (the per-owner count of
 active tasks), ``transitions`` (the guarded status changes), ``runs`` (a
-worker's lease), ``maintenance`` (sweeper, prune and the counts' reconcile)
-and ``operator`` (retry and audit).
+worker's lease), ``retries`` and ``slots`` (a tool's execution controls),
+``maintenance`` (sweeper, prune and the counts' reconcile) and ``operator``
+(retry and audit).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from .events import SYSTEM, EventKind, client_actor, operator_actor, worker_acto
 from .maintenance import REDISPATCH_BACKOFF_MAX_FACTOR, SweepReport, expire_now, prune_expired, sweep
 from .operator import RETRYABLE_STATUSES, audit_logger, note_result_retrieved, retry, retry_refusal
 from .quota import QUOTA_LOCK_MARGIN, TooManyActiveTasks, reconcile
+from .retries import schedule_retry, tool_retries
 from .runs import (
     Run,
     claim,
@@ -24,10 +26,8 @@ from .runs import (
     held_leases,
     release,
     renew_leases,
-    schedule_retry,
     set_status_message,
     start_run,
-    tool_retries,
 )
 from .slots import free as free_slot
 from .slots import held as slots_held

@@ -1,4 +1,4 @@
-"""A worker's runs: claims, heartbeats, status messages, release and retries, each a ``store.backend()`` step."""
+"""A worker's runs: claims, heartbeats, status messages and release, each a ``store.backend()`` step."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from django.utils import timezone
 
 from ..conf import settings
 from ..errors import INTERNAL_ERROR
-from ..models import Task, TaskEvent
-from .events import SYSTEM, EventKind, worker_actor
+from ..models import Task
+from .events import SYSTEM, worker_actor
 from .store import backend, orm
 from .transitions import fail
 
@@ -70,19 +70,3 @@ def set_status_message(task_id: str, message: str, *, worker: str, progress: dic
 def release(task_id: str, *, worker: str) -> None:
     """Give up the lease without finishing (the worker is shutting down)."""
     backend().release(task_id, worker=worker)
-
-
-def tool_retries(task_id: str) -> int:
-    return TaskEvent.objects.filter(task_id=task_id, kind=EventKind.TOOL_RETRY).count()
-
-
-def schedule_retry(task_id: str, *, worker: str, attempt: int, delay: float, error: str) -> bool:
-    """Under ``worker``'s lease, give it back as attempt ``attempt`` due in ``delay`` s; sent once this commits."""
-    now = timezone.now()
-    due = now + timedelta(seconds=delay)
-    error = error[:200]
-    message = f"Attempt {attempt} at {due:%H:%M:%S} UTC (in {delay:.1f} s), after {error}"
-    detail = {"attempt": attempt, "delay": round(delay, 3), "error": error}
-    return backend().schedule_retry(
-        task_id, worker=worker, actor=worker_actor(worker), now=now, due=due, message=message, detail=detail
-    )

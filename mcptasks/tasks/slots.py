@@ -7,7 +7,7 @@ before it claims its task (``take``; with none free, the task waits:
 runs, the lease monitor renews the slot with the lease (``renew``), so the
 slot of a killed worker comes free when its lease would have lapsed. The
 process's store writes each step (``store.backend()``: on Postgres the
-``slot_*`` statements of queries.sql; elsewhere a compare-and-set on the
+``slot_*`` statements of controls.sql; elsewhere a compare-and-set on the
 slot row).
 """
 

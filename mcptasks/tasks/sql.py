@@ -1,4 +1,4 @@
-"""The raw statements (``queries.sql``; off the hot path ``maintenance.sql``, ``overview.sql``),
+"""The raw statements (``queries.sql``; off the hot path ``controls.sql``, ``maintenance.sql``, ``overview.sql``),
 each under its name, run on Postgres prepared server-side: :func:`execute` on the thread's Django
 connection, :func:`aexecute` on the loop's own small pool, in autocommit. ORM forms: ``store.orm``."""
 

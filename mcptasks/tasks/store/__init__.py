@@ -1,5 +1,5 @@
 """The task store, each transition's one writer: per process (again when ``DATABASES`` changes),
-``postgres.Postgres`` (``queries.sql``'s statements) on Postgres, ``orm.Orm`` on any other database."""
+``PostgresStore`` (the ``.sql`` files' statements) on Postgres, ``orm.Orm`` on any other database."""
 
 from __future__ import annotations
 
@@ -10,16 +10,16 @@ from django.db import connection
 from django.dispatch import receiver
 
 from .orm import Orm
-from .postgres import Postgres
+from .postgres_upkeep import PostgresStore
 
-_chosen: Postgres | Orm | None = None
+_chosen: PostgresStore | Orm | None = None
 
 
-def backend() -> Postgres | Orm:
+def backend() -> PostgresStore | Orm:
     """The process's store (``name``: ``"postgres"`` or ``"orm"``)."""
     global _chosen
     if _chosen is None:
-        _chosen = Postgres() if connection.vendor == "postgresql" else Orm()
+        _chosen = PostgresStore() if connection.vendor == "postgresql" else Orm()
     return _chosen
 
 

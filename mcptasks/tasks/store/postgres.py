@@ -1,6 +1,6 @@
-"""The Postgres store: each operation its named statement in ``queries.sql``, run through ``sql``
-on the thread's connection or, for the ``a*`` forms, on the loop's (on a thread where
-``sql.loop_available`` says no). The row a statement returns is the row announced."""
+"""The Postgres store's operations on a task's path (``postgres_upkeep`` has the rest): each its statement
+in ``queries.sql``, run through ``sql`` on the thread's connection or, for the ``a*`` forms, on the loop's
+(on a thread where ``sql.loop_available`` says no). The row a statement returns is the row announced."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from ...models import TERMINAL_STATUSES, InputRequest, InputRequestState, Task, 
 from ...telemetry import metrics
 from ...threads import on_a_thread
 from .. import dispatch, events, quota, sql
-from ..events import STATUS_MESSAGE, SYSTEM, EventKind, announce
+from ..events import STATUS_MESSAGE, EventKind, announce
 from .orm import Claimed, Decide, Ending, Json
 
 #: What a run asks: key -> method and params.
@@ -157,21 +157,6 @@ class Postgres:
     def release(self, task_id: str, *, worker: str) -> None:
         _run("lease_release", task_id=task_id, worker=worker, now=timezone.now())
 
-    def schedule_retry(
-        self, task_id: str, *, worker: str, actor: str, now: datetime, due: datetime, message: str, detail: Any
-    ) -> bool:
-        params = {"task_id": task_id, "worker": worker, "now": now, "due": due, "message": message, "actor": actor}
-        task = _task(_run("run_retry", **params, detail=sql.db_value(TaskEvent, "detail", detail)))
-        if task is not None:
-            announce(task_id, TaskStatus.WORKING, TaskStatus.WORKING, actor, STATUS_MESSAGE, task=task)
-        return task is not None
-
-    def wait_for_slot(self, task_id: str, *, now: datetime, due: datetime, message: str) -> bool:
-        task = _task(_run("run_slot_wait", task_id=task_id, now=now, due=due, message=message))
-        if task is not None and task.updated_at == now:
-            announce(task_id, TaskStatus.WORKING, TaskStatus.WORKING, SYSTEM, STATUS_MESSAGE, task=task)
-        return task is not None
-
     def end_run(self, end: Ending) -> bool:
         """``run_finish`` (the caller checked that the rule lets ``working`` move to ``to``)."""
         params = {**vars(end), "to": str(end.to), "now": timezone.now()}
@@ -268,27 +253,3 @@ class Postgres:
             remaining = {key: asked for key, asked in pending.items() if key not in accepted}
             await events.aannounce_committed(task, locked[0], actor, EventKind.INPUT, pending=remaining)
         return accepted
-
-    def redispatch(self, task_id: str, *, attempts: int, now: datetime) -> bool:
-        return bool(_run("run_redispatch", task_id=task_id, now=now, attempts=attempts, actor=SYSTEM).rowcount)
-
-    def delete_expired_batch(self, now: datetime, size: int) -> int:
-        """``prune_batch``, where Django's delete collector would load each task to cascade in Python."""
-        return _run("prune_batch", now=now, size=size).rowcount
-
-    def mark_expired(self, task_id: str, *, now: datetime, actor: str) -> None:
-        _run("task_expire", task_id=task_id, now=now, actor=actor)
-
-    def take_slot(
-        self, tool_name: str, limit: int, *, task_id: str, worker: str, now: datetime, lease: datetime
-    ) -> int | None:
-        tool = {"tool": tool_name, "limit": limit}
-        _run("slot_rows", **tool)
-        row = _run("slot_take", **tool, task_id=task_id, worker=worker, lease=lease, now=now).first()
-        return None if row is None else int(row[0])
-
-    def renew_slots(self, workers: list[str], lease: datetime) -> None:
-        _run("slot_renew", lease=lease, workers=workers)
-
-    def free_slot(self, worker: str) -> None:
-        _run("slot_free", worker=worker)
