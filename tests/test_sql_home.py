@@ -1,5 +1,5 @@
-"""The raw statements' one home (``mcptasks/tasks/queries.sql``): named,
-bound, prepared, and each beside an ORM twin that other databases take."""
+"""The raw statements' one home (``mcptasks/tasks/*.sql``, most in ``queries.sql``):
+named, bound, prepared, and each beside an ORM twin that other databases take."""
 
 from __future__ import annotations
 
@@ -212,7 +212,7 @@ def _writes(queries: CaptureQueriesContext) -> tuple[list[str], list[str]]:
 def test_on_postgres_each_transition_writes_through_its_named_statement_alone(settings, quota):
     """One writer per transition: on Postgres every write of creation, the
     lease, a run's end, questions, answers, cancel, fail, the first outcome
-    read, the sweeper and expiry is its statement in ``queries.sql``; the ORM
+    read, the sweeper and expiry is its named statement (``tasks/*.sql``); the ORM
     never writes a task's rows. (``set_status_message`` is the run's
     progress, not a transition.)"""
     settings.MCPTASKS = {**settings.MCPTASKS, "MAX_ACTIVE_TASKS_PER_OWNER": quota, "MAX_ATTEMPTS": 5}

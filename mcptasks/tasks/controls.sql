@@ -1,4 +1,4 @@
--- The statements of a tool's execution controls, its retries and concurrency slots (``tasks/runs.py``,
+-- The statements of a tool's execution controls, its retries and concurrency slots (``tasks/retries.py``,
 -- ``tasks/slots.py``), which a tool without controls never runs; loaded with ``queries.sql``, in its conventions.
 
 -- name: run_retry

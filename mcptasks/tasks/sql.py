@@ -71,7 +71,9 @@ def execute(name: str, params: Mapping[str, Any] | None = None) -> Any:
 
 
 def column_names(cursor: Any) -> list[str]:
-    return [column.name for column in cursor.description or ()]
+    """The result's column names, from libpq (``description`` builds an object per column, per read)."""
+    result = cursor.pgresult
+    return [] if result is None else [(result.fname(i) or b"").decode() for i in range(result.nfields)]
 
 
 def db_value(model: type[models.Model], field: str, value: Any) -> Any:
@@ -104,8 +106,8 @@ class Session(NamedTuple):
         text = STATEMENTS[name]
         async with psycopg.AsyncCursor(self.conn) as cursor:
             await cursor.execute(text, params, prepare=_prepare(text, self.max_age))
-            rows = await cursor.fetchall() if cursor.description else []
-            return Result(column_names(cursor), rows, cursor.rowcount)
+            names = column_names(cursor)
+            return Result(names, await cursor.fetchall() if names else [], cursor.rowcount)
 
 
 class NotOnLoop(Exception):

@@ -8,7 +8,7 @@ import logging
 from dataclasses import fields, replace
 from typing import Any
 
-from ..conf import settings
+from ..conf import get_settings, settings
 from .controls import ToolControls, check, validate
 from .registry import registry
 
@@ -71,7 +71,16 @@ def configured_queues() -> list[str]:
     return [q for q in dict.fromkeys([settings.CELERY_QUEUE, *(queue_for(n) for n in names)]) if q]
 
 
-def limited_tools() -> set[str]:
-    """The tools with a ``concurrency`` limit (their runs take a slot)."""
-    names = [t.name for t in registry.all()] + [n for n in settings.TOOL_CONTROLS if n not in registry]
-    return {n for n in names if controls_for(n).concurrency}
+#: ``limited_tools``' answer, with the registry version and the settings it was worked out from.
+_limited: tuple[int, object, frozenset[str]] | None = None
+
+
+def limited_tools() -> frozenset[str]:
+    """The tools with a ``concurrency`` limit (their runs take a slot); asked before each run,
+    worked out again only once a tool is registered or removed, or the settings change."""
+    global _limited
+    version, current = registry.version, get_settings()
+    if _limited is None or _limited[0] != version or _limited[1] is not current:
+        names = [t.name for t in registry.all()] + [n for n in current.TOOL_CONTROLS if n not in registry]
+        _limited = (version, current, frozenset(n for n in names if controls_for(n).concurrency))
+    return _limited[2]

@@ -10,7 +10,7 @@ from django.db import connection
 from django.dispatch import receiver
 
 from .orm import Orm
-from .postgres_upkeep import PostgresStore
+from .postgres_off_path import PostgresStore
 
 _chosen: PostgresStore | Orm | None = None
 

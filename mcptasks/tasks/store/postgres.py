@@ -1,4 +1,4 @@
-"""The Postgres store's operations on a task's path (``postgres_upkeep`` has the rest): each its statement
+"""The Postgres store's operations on a task's path (``postgres_off_path`` has the rest): each its statement
 in ``queries.sql``, run through ``sql`` on the thread's connection or, for the ``a*`` forms, on the loop's
 (on a thread where ``sql.loop_available`` says no). The row a statement returns is the row announced."""
 
@@ -41,26 +41,29 @@ def column_params(task: Task) -> dict[str, Any]:
     return params
 
 
-def _run(name: str, **params: Any) -> sql.Result:
+def statement(name: str, **params: Any) -> sql.Result:
     """``name`` on the thread's connection, its rows read."""
     cursor = sql.execute(name, {**_FIXED, **params})
-    return sql.Result(sql.column_names(cursor), cursor.fetchall() if cursor.description else [], cursor.rowcount)
+    names = sql.column_names(cursor)
+    return sql.Result(names, cursor.fetchall() if names else [], cursor.rowcount)
 
 
-async def _arun(name: str, **params: Any) -> sql.Result:
+async def astatement(name: str, **params: Any) -> sql.Result:
     """``name`` on the loop's connections, or on a thread where the loop cannot reach the store."""
     if not sql.loop_available():
-        return await on_a_thread(lambda: _run(name, **params))
+        return await on_a_thread(lambda: statement(name, **params))
     return await sql.aexecute(name, {**_FIXED, **params})
 
 
-def _task(result: sql.Result, columns: int | None = None) -> Task | None:
+def task_of(result: sql.Result, columns: int | None = None) -> Task | None:
     """The task of the result's row (its first ``columns``), or ``None``."""
     row = result.first()
     return None if row is None else Task.objects.from_row(result.names[:columns], row[:columns])
 
 
-class Postgres:
+class PostgresTaskPath:
+    """The operations of a task's ordinary life; the store is ``postgres_off_path.PostgresStore``."""
+
     name = "postgres"
 
     def _create_params(
@@ -82,14 +85,14 @@ class Postgres:
     def insert_created(self, task: Task, actor: str, detail: Json, answered: Json) -> None:
         """``task_create``, near the quota under the owner's lock alone, or ``TooManyActiveTasks``."""
         params = self._create_params(task, actor, detail, answered)
-        if params is None or _run("task_create", **params).rowcount != 1:
+        if params is None or statement("task_create", **params).rowcount != 1:
             limit = settings.MAX_ACTIVE_TASKS_PER_OWNER
             assert limit is not None, "without a quota the statement always inserts"
             with transaction.atomic():
-                _run("quota_lock_exclusive", lock_key=quota.quota_lock_key(task.owner))
+                statement("quota_lock_exclusive", lock_key=quota.quota_lock_key(task.owner))
                 params = self._create_params(task, actor, detail, answered, exclusive=True)
                 assert params is not None, "the exclusive lock is held"
-                if _run("task_create", **params).rowcount != 1:
+                if statement("task_create", **params).rowcount != 1:
                     raise quota.TooManyActiveTasks(limit)
         task._state.adding = False
         task._state.db = connection.alias
@@ -116,38 +119,38 @@ class Postgres:
         return {"task_id": task_id, "owner": owner, "now": timezone.now(), "actor": actor}
 
     def lookup(self, task_id: str, owner: str, fields: Sequence[str]) -> Task | None:
-        return _task(_run("task_lookup", task_id=task_id, owner=owner), len(fields))
+        return task_of(statement("task_lookup", task_id=task_id, owner=owner), len(fields))
 
     def poll(self, task_id: str, owner: str, fields: Sequence[str], *, actor: str) -> Task | None:
-        return _task(_run("task_poll", **self._poll(task_id, owner, actor)), len(fields))
+        return task_of(statement("task_poll", **self._poll(task_id, owner, actor)), len(fields))
 
     async def alookup(self, task_id: str, owner: str, fields: Sequence[str]) -> Task | None:
-        return _task(await _arun("task_lookup", task_id=task_id, owner=owner), len(fields))
+        return task_of(await astatement("task_lookup", task_id=task_id, owner=owner), len(fields))
 
     async def apoll(self, task_id: str, owner: str, fields: Sequence[str], *, actor: str) -> Task | None:
-        return _task(await _arun("task_poll", **self._poll(task_id, owner, actor)), len(fields))
+        return task_of(await astatement("task_poll", **self._poll(task_id, owner, actor)), len(fields))
 
     def mark_outcome_read(self, task: Task, fields: Sequence[str], *, actor: str) -> bool:
-        result = _run("task_poll", **self._poll(task.id, task.owner, actor))
-        read = _task(result, len(fields))
+        result = statement("task_poll", **self._poll(task.id, task.owner, actor))
+        read = task_of(result, len(fields))
         task.outcome_read_at = read.outcome_read_at if read is not None else task.outcome_read_at
         return bool(read is not None and result.first()[-1])
 
     def claim(self, task_id: str, *, worker: str, actor: str, now: datetime, lease: datetime) -> Claimed:
-        result = _run("run_claim", task_id=task_id, worker=worker, lease=lease, now=now, actor=actor)
-        task = _task(result, -1)
+        result = statement("run_claim", task_id=task_id, worker=worker, lease=lease, now=now, actor=actor)
+        task = task_of(result, -1)
         if task is None:
             return None
         answers = result.first()[-1]
         return task, (json.loads(answers) if isinstance(answers, str) else answers) or {}
 
     def renew_leases(self, runs: dict[str, str], lease: datetime) -> set[str]:
-        result = _run("lease_renew", task_ids=list(set(runs.values())), workers=list(runs), lease=lease)
+        result = statement("lease_renew", task_ids=list(set(runs.values())), workers=list(runs), lease=lease)
         return {row[0] for row in result.rows}
 
     def set_status_message(self, task_id: str, message: str, *, worker: str, actor: str, progress: Any) -> bool:
         params = {"task_id": task_id, "message": message, "now": timezone.now(), "worker": worker}
-        task = _task(_run("run_status_message", **params))
+        task = task_of(statement("run_status_message", **params))
         if task is not None:
             transaction.on_commit(
                 lambda: events.announce_committed(task, TaskStatus.WORKING, actor, STATUS_MESSAGE, progress=progress)
@@ -155,13 +158,13 @@ class Postgres:
         return task is not None
 
     def release(self, task_id: str, *, worker: str) -> None:
-        _run("lease_release", task_id=task_id, worker=worker, now=timezone.now())
+        statement("lease_release", task_id=task_id, worker=worker, now=timezone.now())
 
     def end_run(self, end: Ending) -> bool:
         """``run_finish`` (the caller checked that the rule lets ``working`` move to ``to``)."""
         params = {**vars(end), "to": str(end.to), "now": timezone.now()}
         params.update(result=sql.db_value(Task, "result", end.result), error=sql.db_value(Task, "error", end.error))
-        task = _task(_run("run_finish", **params))
+        task = task_of(statement("run_finish", **params))
         if task is not None:
             announce(end.task_id, TaskStatus.WORKING, end.to, end.actor, EventKind.TRANSITION, task=task)
             metrics.task_finished(task.tool_name, end.to, tool_error=end.tool_error)
@@ -174,8 +177,8 @@ class Postgres:
         return {**vars(end), **by, "to": str(end.to), "now": now, "error": sql.db_value(Task, "error", end.error)}
 
     def end(self, end: Ending) -> bool:
-        result = _run("task_end", **self._end(end))
-        task = _task(result, -1)
+        result = statement("task_end", **self._end(end))
+        task = task_of(result, -1)
         if task is not None:
             metrics.task_finished(task.tool_name, task.status, committed=False)
             announce(end.task_id, result.first()[-1], task.status, end.actor, EventKind.TRANSITION, task=task)
@@ -186,7 +189,7 @@ class Postgres:
         if not sql.loop_available():
             return await on_a_thread(lambda: self.end(end))
         result = await sql.aexecute("task_end", {**_FIXED, **self._end(end)})
-        task = _task(result, -1)
+        task = task_of(result, -1)
         if task is not None:
             metrics.task_finished(task.tool_name, task.status, committed=True)
             await events.aannounce_committed(task, result.first()[-1], end.actor, EventKind.TRANSITION)
@@ -200,7 +203,7 @@ class Postgres:
         params = {"task_id": task_id, "now": timezone.now(), "worker": worker, "message": message, "actor": actor}
         params["requests"] = sql.db_value(InputRequest, "params", asked)
         params["detail"] = sql.db_value(TaskEvent, "detail", {"keys": sorted(requests)})
-        task = _task(_run("input_request", **params))
+        task = task_of(statement("input_request", **params))
         if task is not None:
             announce(task_id, TaskStatus.WORKING, TaskStatus.INPUT_REQUIRED, actor, EventKind.TRANSITION, task=task)
         return task is not None
@@ -214,14 +217,14 @@ class Postgres:
     def submit_input(self, task_id: str, responses: Json, *, actor: str, decide: Decide) -> list[str]:
         """``task_lock``, ``input_pending``, ``input_answer``, in one transaction."""
         with transaction.atomic():
-            locked = _run("task_lock", task_id=task_id).first()
+            locked = statement("task_lock", task_id=task_id).first()
             if locked is None:
                 return []
-            answer = decide(locked[0], _run("input_pending", task_id=task_id).rows)
+            answer = decide(locked[0], statement("input_pending", task_id=task_id).rows)
             if answer is None:
                 return []
             accepted, resume, _ = answer
-            task = _task(_run("input_answer", **self._answer(task_id, responses, accepted, resume, actor)))
+            task = task_of(statement("input_answer", **self._answer(task_id, responses, accepted, resume, actor)))
             if resume:
                 announce(task_id, locked[0], TaskStatus.WORKING, actor, EventKind.TRANSITION, task=task)
                 dispatch.enqueue_after_commit(task_id)
