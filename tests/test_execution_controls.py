@@ -299,6 +299,25 @@ def test_a_run_over_the_limit_waits_without_claiming_and_runs_once_a_slot_frees(
     assert slots.held("one_at_a_time") == 0  # given back at the end
 
 
+def test_the_limited_tools_follow_registrations_and_the_sites_setting(temp_tool):
+    """A run asks before each claim which tools take a slot; the answer is kept, so it must
+    change as soon as a tool is registered or removed, or ``TOOL_CONTROLS`` changes."""
+    from mcptasks.tools import effective
+
+    assert "later_limited" not in effective.limited_tools()
+
+    @temp_tool(task="required", concurrency=2)
+    def later_limited() -> str:
+        return "done"
+
+    assert "later_limited" in effective.limited_tools()
+    with mcp_settings(TOOL_CONTROLS={"later_limited": {"concurrency": None}, "slow_compute": {"concurrency": 1}}):
+        assert {"slow_compute"} <= effective.limited_tools() and "later_limited" not in effective.limited_tools()
+    assert "later_limited" in effective.limited_tools() and "slow_compute" not in effective.limited_tools()
+    registry.unregister("later_limited")
+    assert "later_limited" not in effective.limited_tools()
+
+
 def test_a_waiting_run_of_a_cancelled_task_stops_waiting(temp_tool):
     from mcptasks.tasks import slots
 

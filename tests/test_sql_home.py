@@ -95,6 +95,21 @@ def test_the_workers_claim_and_finish_and_a_poll_are_prepared_on_the_connection(
         assert _as_prepared(name) in prepared, name
 
 
+@postgres_only.SINGLE_STATEMENT
+def test_each_statement_is_parsed_once_per_process():
+    """psycopg keeps a statement's parsed text only while it is given at most 50 parameters
+    (``MAX_CACHED_STATEMENT_PARAMS``); the store passes every status and kind besides each
+    statement's own, so each statement is given the ones it names and no more."""
+    from psycopg import _queries
+
+    assert max(len(names) for names in sql._NAMED.values()) <= _queries.MAX_CACHED_STATEMENT_PARAMS
+    make_task()  # task_create, the statement with the most parameters, parsed once
+    parsed = _queries._query2pg.cache_info()
+    make_task()
+    again = _queries._query2pg.cache_info()
+    assert again.misses == parsed.misses and again.hits > parsed.hits
+
+
 @postgres_only.PREPARED
 def test_statements_are_not_prepared_when_the_setting_says_so(settings, kept_connections):
     settings.MCPTASKS = {**settings.MCPTASKS, "PREPARE_STATEMENTS": False}

@@ -39,6 +39,13 @@ def _load(paths: Iterable[Path]) -> dict[str, str]:
 
 #: Every raw statement, by name.
 STATEMENTS: dict[str, str] = _load(sorted(Path(__file__).parent.glob("*.sql")))
+#: The parameters each names: only these are passed, as psycopg keeps a statement's parsing for at most 50.
+_NAMED = {name: tuple(dict.fromkeys(re.findall(r"%\((\w+)\)s", text))) for name, text in STATEMENTS.items()}
+
+
+def _bound(name: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: params[key] for key in _NAMED[name]}
+
 
 #: psycopg prepares when asked or after this many runs: never, so only ours are prepared.
 _ONLY_WHEN_ASKED = sys.maxsize
@@ -59,10 +66,11 @@ def execute(name: str, params: Mapping[str, Any] | None = None) -> Any:
     raw = connection.connection
     if raw.prepare_threshold is None:
         raw.prepare_threshold = _ONLY_WHEN_ASKED  # Django's default: never
+    bound, prepare = _bound(name, params or {}), _prepare(text, connection.settings_dict.get("CONN_MAX_AGE", 0))
     started = time.monotonic()
     with connection.wrap_database_errors:
         cursor = psycopg.Cursor(raw)
-        cursor.execute(text, params or {}, prepare=_prepare(text, connection.settings_dict.get("CONN_MAX_AGE", 0)))
+        cursor.execute(text, bound, prepare=prepare)
     if connection.queries_logged:
         connection.queries_log.append(
             {"sql": f"-- {name}\n{text}", "time": f"{time.monotonic() - started:.3f}", "params": params}
@@ -105,7 +113,7 @@ class Session(NamedTuple):
 
         text = STATEMENTS[name]
         async with psycopg.AsyncCursor(self.conn) as cursor:
-            await cursor.execute(text, params, prepare=_prepare(text, self.max_age))
+            await cursor.execute(text, _bound(name, params), prepare=_prepare(text, self.max_age))
             names = column_names(cursor)
             return Result(names, await cursor.fetchall() if names else [], cursor.rowcount)
 
