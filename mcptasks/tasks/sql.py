@@ -40,7 +40,7 @@ def _load(paths: Iterable[Path]) -> dict[str, str]:
 #: Every raw statement, by name.
 STATEMENTS: dict[str, str] = _load(sorted(Path(__file__).parent.glob("*.sql")))
 #: The parameters each names: only these are passed, as psycopg keeps a statement's parsing for at most 50.
-_NAMED = {name: tuple(dict.fromkeys(re.findall(r"%\((\w+)\)s", text))) for name, text in STATEMENTS.items()}
+_NAMED = {name: tuple(dict.fromkeys(re.findall(r"%\((\w+)\)[sbt]", text))) for name, text in STATEMENTS.items()}
 
 
 def _bound(name: str, params: Mapping[str, Any]) -> dict[str, Any]:

@@ -27,7 +27,7 @@ _COLUMNS = [field.attname for field in Task._meta.concrete_fields]
 #: The columns whose values Django adapts for the driver; psycopg sends the rest as they are.
 _ADAPTED_FIELDS = [f for f in Task._meta.concrete_fields if isinstance(f, models.JSONField | models.IntegerField)]
 #: Every status, question state and event kind under its own name, and the terminal statuses:
-#: passed to each statement (psycopg ignores the keys a statement does not name).
+#: passed to each statement (``sql`` gives a statement the keys it names).
 _FIXED: dict[str, Any] = {v.value: v.value for kinds in (TaskStatus, InputRequestState, EventKind) for v in kinds}
 _FIXED["terminal"] = [str(status) for status in TERMINAL_STATUSES]
 
