@@ -96,6 +96,19 @@ def test_the_workers_claim_and_finish_and_a_poll_are_prepared_on_the_connection(
 
 
 @postgres_only.SINGLE_STATEMENT
+def test_an_end_is_stamped_no_earlier_than_the_change_it_waited_for():
+    """A cancel takes its time before it waits for the row's lock, and a change committed meanwhile
+    (an answer resuming the task) may be stamped later: the end is stamped no earlier than that
+    change, so a task's events in time order still form its chain."""
+    task = make_task(owner="alice")
+    later = timezone.now() + timedelta(seconds=5)
+    Task.objects.filter(pk=task.id).update(updated_at=later)  # as the change it waited for left the row
+    assert lifecycle.cancel(task.id, actor="client:alice")
+    ended = TaskEvent.objects.get(task_id=task.id, to_status="cancelled")
+    assert ended.at == later == Task.objects.get(pk=task.id).updated_at
+
+
+@postgres_only.SINGLE_STATEMENT
 def test_each_statement_is_parsed_once_per_process():
     """psycopg keeps a statement's parsed text only while it is given at most 50 parameters
     (``MAX_CACHED_STATEMENT_PARAMS``); the store passes every status and kind besides each

@@ -160,15 +160,16 @@ RETURNING id, owner, tool_name, era, status, status_message, result, error,
 -- name: task_end
 -- An active task cancelled or failed from outside its run (with ``lapsed_at``, once its lease lapsed), from
 -- ``allowed``: its event, its questions withdrawn, out of the owner's count; the row and its former status.
-WITH prior (prior_id, from_status) AS (
-    SELECT id, status FROM mcptasks_task
+-- Stamped no earlier than the change it waited for: ``now`` was taken before the row lock.
+WITH prior (prior_id, from_status, prior_at) AS (
+    SELECT id, status, updated_at FROM mcptasks_task
     WHERE id = %(task_id)s AND status = ANY(%(allowed)s)
       AND (%(lapsed_at)s::timestamptz IS NULL OR lease_expires_at IS NULL OR lease_expires_at < %(lapsed_at)s)
     FOR UPDATE
 ), ended AS (
     UPDATE mcptasks_task AS task
-    SET status = %(to)s, updated_at = %(now)s, finished_at = %(now)s, status_message = %(message)s,
-        error = COALESCE(%(error)s::jsonb, task.error),
+    SET status = %(to)s, updated_at = GREATEST(%(now)s, prior_at), finished_at = GREATEST(%(now)s, prior_at),
+        status_message = %(message)s, error = COALESCE(%(error)s::jsonb, task.error),
         cancel_requested_at = COALESCE(%(cancelled_at)s::timestamptz, task.cancel_requested_at),
         cancelled_by = COALESCE(%(cancelled_by)s::varchar, task.cancelled_by), lease_owner = '', lease_expires_at = NULL
     FROM prior
@@ -179,7 +180,7 @@ WITH prior (prior_id, from_status) AS (
               started_at, finished_at, snapshot_watched, trace_context, tool_error, from_status
 ), recorded AS (
     INSERT INTO mcptasks_taskevent (task_id, at, kind, from_status, to_status, actor, detail)
-    SELECT id, %(now)s, %(transition)s, from_status, status, %(actor)s, jsonb_build_object() FROM ended
+    SELECT id, updated_at, %(transition)s, from_status, status, %(actor)s, jsonb_build_object() FROM ended
 ), withdrawn AS (
     UPDATE mcptasks_inputrequest SET state = %(withdrawn)s
     WHERE task_id IN (SELECT id FROM ended WHERE from_status = %(input_required)s) AND state = %(pending)s
