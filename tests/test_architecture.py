@@ -205,7 +205,7 @@ def test_docs_architecture_names_every_module():
 
 #: The modules that serve a task's hot path (a task's creation, polls, updates,
 #: cancels, runs and their notifications), and their ceiling: what they hold now
-#: (3,290 lines; issue 27's budget is 3,300), so that growth is a decision, not a drift.
+#: (3,291 lines; issue 27's budget is 3,300), so that growth is a decision, not a drift.
 HOT_PATH = (
     "web/asgi.py",
     "protocol/task_methods.py",
